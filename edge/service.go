@@ -1,0 +1,155 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"likes/clock"
+	"likes/crdt"
+)
+
+// Store is the edge store contract (see edgetest for the suite every
+// implementation passes).
+type Store interface {
+	// Apply performs req as one atomic conditional write: it reads the edge and
+	// the idempotency record, calls Decide, and writes the new edge version, its
+	// log event, the branch record, the idempotency record and the user index
+	// together, durably, before returning. It returns the decision; a non-nil
+	// error means nothing was written (or, for a lost connection, that the
+	// outcome is unknown and the request must be retried with the same key).
+	Apply(ctx context.Context, req Request) (Decision, error)
+	// Edge reads the local replica of an edge.
+	Edge(ctx context.Context, item, user string) (Edge, bool, error)
+	// Likers lists users whose edge on item is LIKED, in (bucket, user) order,
+	// starting after cursor ("" = start). next is "" at the end.
+	Likers(ctx context.Context, item, cursor string, limit int) (users []string, next string, err error)
+	// UserItems lists the items a user has an edge on, in item order, after `after`.
+	UserItems(ctx context.Context, user, after string, limit int) (items []string, err error)
+	// PurgeUser removes the user's idempotency records and item index. Edges stay
+	// as ERASED tombstones so no replicated older version can resurrect them.
+	PurgeUser(ctx context.Context, user string) error
+}
+
+// Authority grants the epoch under which this region may write a user's edges.
+type Authority interface {
+	// Authorize returns the epoch of the user's range pin, or ErrNotOwner /
+	// ErrFailClosed (wrapped) when this region must not write.
+	Authorize(ctx context.Context, user string) (epoch uint64, err error)
+}
+
+// StaticAuthority grants one fixed epoch for every range: a single region that
+// owns everything.
+type StaticAuthority uint64
+
+// Authorize implements Authority.
+func (a StaticAuthority) Authorize(context.Context, string) (uint64, error) { return uint64(a), nil }
+
+// OverlayEntry is the session overlay's memory of the actor's own write.
+type OverlayEntry struct {
+	State   crdt.State
+	Version crdt.Version
+}
+
+// Overlay is the session overlay: (user, item) → the actor's last write, kept
+// briefly by the ingress region so the actor reads their own write at once.
+type Overlay interface {
+	Put(ctx context.Context, user, item string, e OverlayEntry) error
+	Get(ctx context.Context, user, item string) (OverlayEntry, bool, error)
+}
+
+// ServiceConfig configures a Service.
+type ServiceConfig struct {
+	Store     Store
+	Authority Authority
+	Overlay   Overlay
+	Clock     clock.Clock
+	// IdemTTL is how long an idempotency record replays (default 24h).
+	IdemTTL time.Duration
+}
+
+// Service is the write path and the actor's button read.
+type Service struct {
+	cfg ServiceConfig
+}
+
+// NewService validates cfg and fills defaults.
+func NewService(cfg ServiceConfig) (*Service, error) {
+	if cfg.Store == nil || cfg.Overlay == nil {
+		return nil, errors.New("edge: ServiceConfig needs Store and Overlay")
+	}
+	if cfg.Authority == nil {
+		cfg.Authority = StaticAuthority(1)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.IdemTTL == 0 {
+		cfg.IdemTTL = 24 * time.Hour
+	}
+	if cfg.IdemTTL < 0 {
+		return nil, fmt.Errorf("edge: IdemTTL must be positive, got %v", cfg.IdemTTL)
+	}
+	return &Service{cfg: cfg}, nil
+}
+
+// Set moves the user's edge on item to target (Liked or Unliked) under
+// idempotency key key, and records the result in the session overlay.
+func (s *Service) Set(ctx context.Context, user, item string, target crdt.State, key string) (Answer, error) {
+	op := "unlike"
+	if target == crdt.Liked {
+		op = "like"
+	}
+	return s.apply(ctx, Request{
+		Item: item, User: user, Target: target, Kind: KindFlip,
+		IdemKey: key, Fingerprint: Fingerprint(op, item, user),
+	})
+}
+
+// Retract unlikes (item, user) on behalf of the abuse system: the same
+// conditional write as a user's unlike, marked as a retraction.
+func (s *Service) Retract(ctx context.Context, item, user string) (Answer, error) {
+	return s.apply(ctx, Request{Item: item, User: user, Target: crdt.Unliked, Kind: KindRetraction})
+}
+
+// Erase tombstones one edge of an erased user.
+func (s *Service) Erase(ctx context.Context, item, user string) (Answer, error) {
+	return s.apply(ctx, Request{Item: item, User: user, Target: crdt.Erased, Kind: KindErasure})
+}
+
+func (s *Service) apply(ctx context.Context, req Request) (Answer, error) {
+	epoch, err := s.cfg.Authority.Authorize(ctx, req.User)
+	if err != nil {
+		return Answer{}, err
+	}
+	req.Epoch = epoch
+	req.Now = s.cfg.Clock.Now().UnixMilli()
+	req.IdemTTLms = s.cfg.IdemTTL.Milliseconds()
+	d, err := s.cfg.Store.Apply(ctx, req)
+	if err != nil {
+		return Answer{}, err
+	}
+	if err := d.Err(); err != nil {
+		return Answer{}, err
+	}
+	if d.Action == ActWrite || d.Action == ActNoop {
+		// The overlay is a read-your-writes aid; failing to write it loses nothing.
+		_ = s.cfg.Overlay.Put(ctx, req.User, req.Item, OverlayEntry{State: d.Edge.State, Version: d.Edge.Version})
+	}
+	return d.Answer, nil
+}
+
+// Liked is the actor's button: the overlay layered over the local edge replica,
+// whichever holds the newer version.
+func (s *Service) Liked(ctx context.Context, user, item string) (bool, error) {
+	e, _, err := s.cfg.Store.Edge(ctx, item, user)
+	if err != nil {
+		return false, err
+	}
+	r := e.Register()
+	if o, ok, oerr := s.cfg.Overlay.Get(ctx, user, item); oerr == nil && ok {
+		r = crdt.MergeRegister(r, crdt.Register{Version: o.Version, State: o.State})
+	}
+	return r.State == crdt.Liked, nil
+}

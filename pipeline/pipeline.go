@@ -1,0 +1,81 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+
+	"likes/crdt"
+	"likes/edge"
+)
+
+// ErrFenced is returned by CellStore.Commit when a cell's stored HWM is not the
+// one the window expected: another writer (or an earlier incarnation of this one)
+// got there first. Nothing of the window was written.
+var ErrFenced = errors.New("pipeline: cell fence: hwm moved")
+
+// Head describes a log partition at the moment of a read: every event with
+// EventTime <= CompleteThrough has Pos <= Pos.
+type Head struct {
+	Pos             uint64
+	CompleteThrough int64 // Unix ms
+}
+
+// Log is the committed log as the aggregator consumes it.
+type Log interface {
+	Partitions() int
+	// Read returns up to max events of partition with Pos > after, in Pos order,
+	// and the partition's head as of the read.
+	Read(ctx context.Context, partition uint32, after uint64, max int) ([]edge.Event, Head, error)
+}
+
+// EdgeKey names an edge.
+type EdgeKey struct {
+	Item string
+	User string
+}
+
+// Applied is an edge's dedupe state at an aggregator: the newest write version and
+// the newest correction version applied.
+type Applied struct {
+	Write      crdt.Version
+	Correction crdt.Version
+}
+
+// CellUpdate is one fenced cell write: store Cell only if the stored HWM == Expect
+// (0 for a cell that does not exist yet).
+type CellUpdate struct {
+	Key    crdt.CellKey
+	Expect uint64
+	Cell   crdt.Cell
+}
+
+// Window is one aggregator commit.
+type Window struct {
+	Partition uint32
+	Through   uint64 // the consumer position after this window
+	Watermark int64
+	Cells     []CellUpdate
+	Dedupe    map[EdgeKey]Applied
+}
+
+// CellStore is where an aggregator keeps its cells, dedupe state and position.
+type CellStore interface {
+	// Position returns the partition's committed consumer position and watermark.
+	Position(ctx context.Context, partition uint32) (pos uint64, watermark int64, err error)
+	// Cells reads cells; missing ones are absent from the map.
+	Cells(ctx context.Context, keys []crdt.CellKey) (map[crdt.CellKey]crdt.Cell, error)
+	// Applied reads dedupe state; missing edges are absent from the map.
+	Applied(ctx context.Context, partition uint32, keys []EdgeKey) (map[EdgeKey]Applied, error)
+	// Commit writes a window: all cell updates fenced (ErrFenced and nothing
+	// written if any fence fails), the dedupe state, the position and watermark.
+	Commit(ctx context.Context, w Window) error
+}
+
+// CountStore is the read side of cells.
+type CountStore interface {
+	// Count sums every known cell of item, all regions.
+	Count(ctx context.Context, item string) (int64, error)
+	// Watermarks returns each known region's watermark (for a region: the min
+	// over its partitions).
+	Watermarks(ctx context.Context) (crdt.Watermarks, error)
+}

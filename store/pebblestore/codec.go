@@ -1,0 +1,267 @@
+package pebblestore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"likes/crdt"
+	"likes/edge"
+	"likes/pipeline"
+)
+
+var errCorrupt = errors.New("pebblestore: corrupt value")
+
+const sep = 0x00
+
+func cat(prefix byte, parts ...string) []byte {
+	n := 1
+	for _, p := range parts {
+		n += len(p) + 1
+	}
+	k := make([]byte, 0, n)
+	k = append(k, prefix)
+	for i, p := range parts {
+		if i > 0 {
+			k = append(k, sep)
+		}
+		k = append(k, p...)
+	}
+	return k
+}
+
+func edgeKey(item, user string) []byte {
+	k := cat('e', item)
+	k = append(k, sep, byte(edge.BucketOf(user)))
+	return append(k, user...)
+}
+
+func edgePrefix(item string) []byte { return append(cat('e', item), sep) }
+
+func branchKey(item, user string) []byte  { return cat('b', item, user) }
+func idemKey(user, key string) []byte     { return cat('i', user, key) }
+func idemPrefix(user string) []byte       { return append(cat('i', user), sep) }
+func userIdxKey(user, item string) []byte { return cat('u', user, item) }
+func userIdxPrefix(user string) []byte    { return append(cat('u', user), sep) }
+func dedupeKey(item, user string) []byte  { return cat('d', item, user) }
+func erasureKey(user string) []byte       { return cat('x', user) }
+func cellPrefix(item string) []byte       { return append(cat('c', item), sep) }
+func cellKey(k crdt.CellKey) []byte {
+	b := cat('c', k.Item, k.Region)
+	b = append(b, sep)
+	return binary.BigEndian.AppendUint32(b, k.Shard)
+}
+
+func logKey(part uint32, pos uint64) []byte {
+	k := []byte{'l'}
+	k = binary.BigEndian.AppendUint32(k, part)
+	return binary.BigEndian.AppendUint64(k, pos)
+}
+
+func posKey(part uint32) []byte { return binary.BigEndian.AppendUint32([]byte{'p'}, part) }
+
+var metaKey = []byte{'m'}
+
+// prefixEnd is the smallest key greater than every key with prefix p.
+func prefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+// dec reads varints and strings, remembering the first error.
+type dec struct {
+	b   []byte
+	err error
+}
+
+func (d *dec) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = errCorrupt
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.err = errCorrupt
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) str() string {
+	n := d.uvarint()
+	if d.err != nil {
+		return ""
+	}
+	if uint64(len(d.b)) < n {
+		d.err = errCorrupt
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+func appendStr(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendVersion(b []byte, v crdt.Version) []byte {
+	b = binary.AppendUvarint(b, v.Epoch)
+	return binary.AppendUvarint(b, v.Op)
+}
+
+func (d *dec) version() crdt.Version { return crdt.Version{Epoch: d.uvarint(), Op: d.uvarint()} }
+
+func encodeEdge(e edge.Edge) []byte {
+	b := []byte{byte(e.State)}
+	b = appendVersion(b, e.Version)
+	return binary.AppendVarint(b, e.UpdatedAt)
+}
+
+func decodeEdge(item, user string, v []byte) (edge.Edge, error) {
+	if len(v) < 1 {
+		return edge.Edge{}, errCorrupt
+	}
+	d := dec{b: v[1:]}
+	e := edge.Edge{Item: item, User: user, State: crdt.State(v[0]), Version: d.version(), UpdatedAt: d.varint()}
+	return e, d.err
+}
+
+func encodeEvent(ev edge.Event) []byte {
+	b := []byte{byte(ev.Kind), byte(ev.State), byte(ev.Delta)}
+	b = appendStr(b, ev.Item)
+	b = appendStr(b, ev.User)
+	b = appendVersion(b, ev.Version)
+	return binary.AppendVarint(b, ev.EventTime)
+}
+
+func decodeEvent(part uint32, pos uint64, v []byte) (edge.Event, error) {
+	if len(v) < 3 {
+		return edge.Event{}, errCorrupt
+	}
+	d := dec{b: v[3:]}
+	ev := edge.Event{Partition: part, Pos: pos, Kind: edge.Kind(v[0]), State: crdt.State(v[1]), Delta: int8(v[2])}
+	ev.Item = d.str()
+	ev.User = d.str()
+	ev.Version = d.version()
+	ev.EventTime = d.varint()
+	ev.Bucket = edge.BucketOf(ev.User)
+	return ev, d.err
+}
+
+func encodeIdem(r edge.IdemRecord) []byte {
+	b := appendStr(nil, r.Fingerprint)
+	flags := byte(0)
+	if r.Answer.Liked {
+		flags |= 1
+	}
+	if r.Answer.Changed {
+		flags |= 2
+	}
+	b = append(b, flags)
+	return binary.AppendVarint(b, r.ExpiresAt)
+}
+
+func decodeIdem(item, user string, v []byte) (edge.IdemRecord, error) {
+	d := dec{b: v}
+	r := edge.IdemRecord{Fingerprint: d.str()}
+	if d.err == nil && len(d.b) < 1 {
+		d.err = errCorrupt
+	}
+	if d.err != nil {
+		return r, d.err
+	}
+	flags := d.b[0]
+	d.b = d.b[1:]
+	r.ExpiresAt = d.varint()
+	r.Answer = edge.Answer{Item: item, User: user, Liked: flags&1 != 0, Changed: flags&2 != 0}
+	return r, d.err
+}
+
+func encodeCell(c crdt.Cell) []byte {
+	b := binary.AppendUvarint(nil, c.P)
+	b = binary.AppendUvarint(b, c.N)
+	b = binary.AppendUvarint(b, c.HWM)
+	return binary.AppendVarint(b, c.Watermark)
+}
+
+func decodeCell(v []byte) (crdt.Cell, error) {
+	d := dec{b: v}
+	c := crdt.Cell{P: d.uvarint(), N: d.uvarint(), HWM: d.uvarint(), Watermark: d.varint()}
+	return c, d.err
+}
+
+func encodeApplied(a pipeline.Applied) []byte {
+	return appendVersion(appendVersion(nil, a.Write), a.Correction)
+}
+
+func decodeApplied(v []byte) (pipeline.Applied, error) {
+	d := dec{b: v}
+	a := pipeline.Applied{Write: d.version(), Correction: d.version()}
+	return a, d.err
+}
+
+func encodeBranches(bs crdt.Branches) []byte {
+	b := binary.AppendUvarint(nil, uint64(len(bs)))
+	for _, br := range bs {
+		b = binary.AppendUvarint(b, br.Epoch)
+		b = appendVersion(b, br.Base.Version)
+		b = append(b, byte(br.Base.State))
+	}
+	return b
+}
+
+func decodeBranches(v []byte) (crdt.Branches, error) {
+	d := dec{b: v}
+	n := d.uvarint()
+	if n > 1<<16 {
+		return nil, errCorrupt
+	}
+	var bs crdt.Branches
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		br := crdt.Branch{Epoch: d.uvarint()}
+		br.Base.Version = d.version()
+		if d.err == nil && len(d.b) > 0 {
+			br.Base.State = crdt.State(d.b[0])
+			d.b = d.b[1:]
+		} else if d.err == nil {
+			d.err = errCorrupt
+		}
+		bs = append(bs, br)
+	}
+	return bs, d.err
+}
+
+func encodePos(pos uint64, wm int64) []byte {
+	return binary.AppendVarint(binary.AppendUvarint(nil, pos), wm)
+}
+
+func decodePos(v []byte) (uint64, int64, error) {
+	d := dec{b: v}
+	p, w := d.uvarint(), d.varint()
+	return p, w, d.err
+}
+
+func wrapCorrupt(what string, key []byte, err error) error {
+	return fmt.Errorf("pebblestore: %s at %q: %w", what, key, err)
+}

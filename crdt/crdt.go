@@ -96,7 +96,12 @@ func (s CellSet) Merge(o CellSet) []CellKey {
 	var changed []CellKey
 	for k, c := range o {
 		old, ok := s[k]
-		m := MergeCell(old, c)
+		m := c
+		if ok {
+			// An absent key is the bottom of the lattice, not the zero Cell: a
+			// zero Cell can still outrank c (e.g. c with a negative watermark).
+			m = MergeCell(old, c)
+		}
 		if !ok || m != old {
 			s[k] = m
 			changed = append(changed, k)
@@ -201,7 +206,9 @@ type Watermarks map[string]int64
 // Merge folds o into w (w is modified).
 func (w Watermarks) Merge(o Watermarks) {
 	for r, t := range o {
-		if t > w[r] {
+		// An absent region is the bottom, not 0: comparing against w[r]'s zero
+		// value would drop entries <= 0 and make Merge non-commutative.
+		if cur, ok := w[r]; !ok || t > cur {
 			w[r] = t
 		}
 	}

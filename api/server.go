@@ -1,0 +1,553 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"likes/auth"
+	"likes/clock"
+	"likes/counts"
+	"likes/crdt"
+	"likes/edge"
+)
+
+// Limiter is a rate limiter keyed by user or IP.
+type Limiter interface {
+	Allow(ctx context.Context, key string) (ok bool, retryAfter time.Duration, err error)
+}
+
+// Config configures a Server. Every field without a default is required.
+type Config struct {
+	Region   string
+	Service  *edge.Service
+	Eraser   *edge.Eraser
+	Store    edge.Store // who-liked pages
+	Counts   *counts.Reader
+	Verifier *auth.Verifier
+	// UserLimiter and IPLimiter may be nil (no limit).
+	UserLimiter Limiter
+	IPLimiter   Limiter
+	// MaxInFlightWrites bounds admitted writes; beyond it writes get 503 at once
+	// (default 1024).
+	MaxInFlightWrites int
+	// WriteTimeout bounds one write (default 5s).
+	WriteTimeout time.Duration
+	// MaxBodyBytes bounds request bodies (default 64 KiB).
+	MaxBodyBytes int64
+	Registry     *prometheus.Registry
+	Clock        clock.Clock
+	// Ready reports whether the region can serve (nil: always ready).
+	Ready func(ctx context.Context) error
+}
+
+// Server is the region's HTTP handler.
+type Server struct {
+	cfg     Config
+	m       *Metrics
+	mux     *http.ServeMux
+	slots   chan struct{}
+	handler http.Handler
+}
+
+// New validates cfg and builds the handler.
+func New(cfg Config) (*Server, error) {
+	if cfg.Service == nil || cfg.Store == nil || cfg.Counts == nil || cfg.Verifier == nil || cfg.Eraser == nil {
+		return nil, errors.New("api: Config needs Service, Store, Counts, Eraser and Verifier")
+	}
+	if cfg.MaxInFlightWrites == 0 {
+		cfg.MaxInFlightWrites = 1024
+	}
+	if cfg.MaxInFlightWrites < 0 {
+		return nil, fmt.Errorf("api: MaxInFlightWrites must be positive, got %d", cfg.MaxInFlightWrites)
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 5 * time.Second
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 64 << 10
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	s := &Server{cfg: cfg, m: NewMetrics(cfg.Registry), mux: http.NewServeMux(), slots: make(chan struct{}, cfg.MaxInFlightWrites)}
+	s.route("POST /v1/items/{itemId}/likes", "like", s.like)
+	s.route("DELETE /v1/items/{itemId}/likes/{userId}", "unlike", s.unlike)
+	s.route("GET /v1/items/{itemId}/count", "count", s.count)
+	s.route("GET /v1/items/{itemId}/likes/{userId}", "button", s.button)
+	s.route("GET /v1/items/{itemId}/likes", "likers", s.likers)
+	s.route("POST /v1/likes:batchGet", "batchGet", s.batchGet)
+	s.route("DELETE /v1/users/{userId}", "erase", s.erase)
+	s.route("GET /v1/users/{userId}/erasure", "erasure", s.erasure)
+	s.route("POST /v1/admin/retractions", "retract", s.retract)
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "region": cfg.Region})
+	})
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, errorf(http.StatusNotFound, "not_found", "no such route: "+r.Method+" "+r.URL.Path))
+	})
+	s.handler = s.mux
+	return s, nil
+}
+
+// Metrics returns the API's collectors.
+func (s *Server) Metrics() *Metrics { return s.m }
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+type handlerFunc func(w http.ResponseWriter, r *http.Request) *apiError
+
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.code = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *Server) route(pattern, name string, h handlerFunc) {
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+		r.Body = http.MaxBytesReader(rec, r.Body, s.cfg.MaxBodyBytes)
+		if ip := clientIP(r); s.cfg.IPLimiter != nil {
+			if e := s.limit(r.Context(), s.cfg.IPLimiter, "ip:"+ip); e != nil {
+				writeError(rec, e)
+				s.m.Requests.WithLabelValues(name, strconv.Itoa(rec.code)).Inc()
+				return
+			}
+		}
+		if e := h(rec, r); e != nil {
+			writeError(rec, e)
+		}
+		s.m.Requests.WithLabelValues(name, strconv.Itoa(rec.code)).Inc()
+	})
+}
+
+func clientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+func (s *Server) limit(ctx context.Context, l Limiter, key string) *apiError {
+	ok, after, err := l.Allow(ctx, key)
+	if err != nil || ok { // a broken limiter must not take writes down
+		return nil
+	}
+	return retryable(http.StatusTooManyRequests, "rate_limited", "too many requests; retry later", after)
+}
+
+// session returns the verified caller, or an error when required and absent.
+func (s *Server) session(r *http.Request, required bool) (auth.Claims, bool, *apiError) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		if required {
+			return auth.Claims{}, false, errorf(http.StatusUnauthorized, "unauthenticated", "missing Authorization: Bearer token")
+		}
+		return auth.Claims{}, false, nil
+	}
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok || tok == "" {
+		return auth.Claims{}, false, errorf(http.StatusUnauthorized, "invalid_token", "Authorization must be 'Bearer <token>'")
+	}
+	c, err := s.cfg.Verifier.Verify(strings.TrimSpace(tok))
+	if err != nil {
+		return auth.Claims{}, false, errorf(http.StatusUnauthorized, "invalid_token", "token does not verify")
+	}
+	if err := ValidateID("token subject", c.User); err != nil {
+		return auth.Claims{}, false, errorf(http.StatusUnauthorized, "invalid_token", err.Error())
+	}
+	return c, true, nil
+}
+
+func pathID(r *http.Request, name, what string) (string, *apiError) {
+	v := r.PathValue(name)
+	if err := ValidateID(what, v); err != nil {
+		return "", errorf(http.StatusBadRequest, "invalid_id", err.Error())
+	}
+	return v, nil
+}
+
+// drainBody reads and discards a body that carries nothing, so an oversized one
+// is still refused with 413.
+func drainBody(r *http.Request) *apiError {
+	if _, err := io.Copy(io.Discard, r.Body); err != nil {
+		return bodyError(err)
+	}
+	return nil
+}
+
+func bodyError(err error) *apiError {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return errorf(http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body exceeds %d bytes", mbe.Limit))
+	}
+	return errorf(http.StatusBadRequest, "bad_json", "request body: "+err.Error())
+}
+
+func decodeBody(r *http.Request, v any) *apiError {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return bodyError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		if err == nil {
+			return errorf(http.StatusBadRequest, "bad_json", "request body has data after the JSON value")
+		}
+		return bodyError(err)
+	}
+	return nil
+}
+
+// admit takes an in-flight slot or sheds the write.
+func (s *Server) admit(op string) (release func(), e *apiError) {
+	select {
+	case s.slots <- struct{}{}:
+		s.m.InFlight.Inc()
+		return func() { <-s.slots; s.m.InFlight.Dec() }, nil
+	default:
+		s.m.Shed.Inc()
+		s.m.Outcomes.WithLabelValues(op, "shed").Inc()
+		return nil, retryable(http.StatusServiceUnavailable, "overloaded", "too many writes in flight; retry later", time.Second)
+	}
+}
+
+func (s *Server) writeErr(op string, err error) *apiError {
+	outcome, e := "error", errorf(http.StatusInternalServerError, "internal", "internal error")
+	switch {
+	case errors.Is(err, edge.ErrKeyConflict):
+		outcome, e = "conflict", errorf(http.StatusConflict, "idempotency_key_conflict", "this Idempotency-Key was used for a different request")
+	case errors.Is(err, edge.ErrErased):
+		outcome, e = "erased", errorf(http.StatusGone, "user_erased", "this user has been erased")
+	case errors.Is(err, edge.ErrNotOwner), errors.Is(err, edge.ErrFailClosed), errors.Is(err, edge.ErrStaleEpoch):
+		outcome, e = "unavailable", retryable(http.StatusServiceUnavailable, "not_authoritative", "this region cannot write this user's likes right now; retry", time.Second)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		outcome, e = "unavailable", retryable(http.StatusServiceUnavailable, "timeout", "the write did not finish in time; retry with the same Idempotency-Key", time.Second)
+	}
+	s.m.Outcomes.WithLabelValues(op, outcome).Inc()
+	return e
+}
+
+func (s *Server) setLike(w http.ResponseWriter, r *http.Request, op string, item, user string, target crdt.State) *apiError {
+	key := r.Header.Get("Idempotency-Key")
+	if key == "" {
+		return errorf(http.StatusBadRequest, "missing_idempotency_key", "the Idempotency-Key header is required (one key per tap, kept across retries)")
+	}
+	if err := ValidateID("Idempotency-Key", key); err != nil {
+		return errorf(http.StatusBadRequest, "invalid_idempotency_key", err.Error())
+	}
+	if e := drainBody(r); e != nil {
+		return e
+	}
+	if s.cfg.UserLimiter != nil {
+		if e := s.limit(r.Context(), s.cfg.UserLimiter, "user:"+user); e != nil {
+			s.m.Outcomes.WithLabelValues(op, "rate_limited").Inc()
+			return e
+		}
+	}
+	release, e := s.admit(op)
+	if e != nil {
+		return e
+	}
+	defer release()
+	start := s.cfg.Clock.Now()
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
+	defer cancel()
+	ans, err := s.cfg.Service.Set(ctx, user, item, target, key)
+	s.m.WriteLatency.WithLabelValues(op).Observe(s.cfg.Clock.Now().Sub(start).Seconds())
+	if err != nil {
+		return s.writeErr(op, err)
+	}
+	outcome := "unchanged"
+	if ans.Changed {
+		outcome = "changed"
+	}
+	s.m.Outcomes.WithLabelValues(op, outcome).Inc()
+	writeJSON(w, http.StatusOK, ans)
+	return nil
+}
+
+func (s *Server) like(w http.ResponseWriter, r *http.Request) *apiError {
+	c, _, e := s.session(r, true)
+	if e != nil {
+		return e
+	}
+	item, e := pathID(r, "itemId", "itemId")
+	if e != nil {
+		return e
+	}
+	return s.setLike(w, r, "like", item, c.User, crdt.Liked)
+}
+
+func (s *Server) unlike(w http.ResponseWriter, r *http.Request) *apiError {
+	c, _, e := s.session(r, true)
+	if e != nil {
+		return e
+	}
+	item, e := pathID(r, "itemId", "itemId")
+	if e != nil {
+		return e
+	}
+	user, e := pathID(r, "userId", "userId")
+	if e != nil {
+		return e
+	}
+	if user != c.User {
+		return errorf(http.StatusForbidden, "forbidden", "you can only unlike as yourself")
+	}
+	return s.setLike(w, r, "unlike", item, user, crdt.Unliked)
+}
+
+type countJSON struct {
+	Item        string `json:"itemId"`
+	Count       int64  `json:"count"`
+	AsOf        string `json:"asOf"`
+	StalenessMs int64  `json:"stalenessMs"`
+	Liked       *bool  `json:"liked,omitempty"`
+}
+
+func countBody(item string, res counts.Result) countJSON {
+	return countJSON{Item: item, Count: res.Count, AsOf: res.AsOf.UTC().Format(time.RFC3339Nano), StalenessMs: res.Staleness.Milliseconds()}
+}
+
+func (s *Server) count(w http.ResponseWriter, r *http.Request) *apiError {
+	item, e := pathID(r, "itemId", "itemId")
+	if e != nil {
+		return e
+	}
+	res, err := s.cfg.Counts.Count(r.Context(), item)
+	if err != nil {
+		return retryable(http.StatusServiceUnavailable, "unavailable", "count unavailable: "+err.Error(), time.Second)
+	}
+	writeJSON(w, http.StatusOK, countBody(item, res))
+	return nil
+}
+
+func (s *Server) button(w http.ResponseWriter, r *http.Request) *apiError {
+	item, e := pathID(r, "itemId", "itemId")
+	if e != nil {
+		return e
+	}
+	user, e := pathID(r, "userId", "userId")
+	if e != nil {
+		return e
+	}
+	liked, err := s.cfg.Service.Liked(r.Context(), user, item)
+	if err != nil {
+		return retryable(http.StatusServiceUnavailable, "unavailable", "edge read failed", time.Second)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"itemId": item, "userId": user, "liked": liked})
+	return nil
+}
+
+func (s *Server) likers(w http.ResponseWriter, r *http.Request) *apiError {
+	item, e := pathID(r, "itemId", "itemId")
+	if e != nil {
+		return e
+	}
+	q := r.URL.Query()
+	limit := 50
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 500 {
+			return errorf(http.StatusBadRequest, "invalid_limit", "limit must be an integer in [1, 500]")
+		}
+		limit = n
+	}
+	cursor := q.Get("cursor")
+	if len(cursor) > 4*MaxIDBytes {
+		return errorf(http.StatusBadRequest, "invalid_cursor", "cursor is too long")
+	}
+	users, next, err := s.cfg.Store.Likers(r.Context(), item, cursor, limit)
+	if err != nil {
+		if cursor != "" {
+			return errorf(http.StatusBadRequest, "invalid_cursor", "cursor was not issued by this service")
+		}
+		return retryable(http.StatusServiceUnavailable, "unavailable", "who-liked read failed", time.Second)
+	}
+	if users == nil {
+		users = []string{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"itemId": item, "userIds": users, "nextCursor": next})
+	return nil
+}
+
+// MaxBatchItems bounds a batchGet.
+const MaxBatchItems = 100
+
+func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) *apiError {
+	c, authed, e := s.session(r, false)
+	if e != nil {
+		return e
+	}
+	var req struct {
+		ItemIDs []string `json:"itemIds"`
+	}
+	if e := decodeBody(r, &req); e != nil {
+		return e
+	}
+	if len(req.ItemIDs) == 0 || len(req.ItemIDs) > MaxBatchItems {
+		return errorf(http.StatusBadRequest, "invalid_batch", fmt.Sprintf("itemIds must hold 1 to %d ids", MaxBatchItems))
+	}
+	out := make([]countJSON, 0, len(req.ItemIDs))
+	for i, item := range req.ItemIDs {
+		if err := ValidateID(fmt.Sprintf("itemIds[%d]", i), item); err != nil {
+			return errorf(http.StatusBadRequest, "invalid_id", err.Error())
+		}
+		res, err := s.cfg.Counts.Count(r.Context(), item)
+		if err != nil {
+			return retryable(http.StatusServiceUnavailable, "unavailable", "count unavailable", time.Second)
+		}
+		cj := countBody(item, res)
+		if authed {
+			liked, err := s.cfg.Service.Liked(r.Context(), c.User, item)
+			if err != nil {
+				return retryable(http.StatusServiceUnavailable, "unavailable", "edge read failed", time.Second)
+			}
+			cj.Liked = &liked
+		}
+		out = append(out, cj)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"items": out})
+	return nil
+}
+
+func (s *Server) selfOrAdmin(r *http.Request) (string, *apiError) {
+	c, _, e := s.session(r, true)
+	if e != nil {
+		return "", e
+	}
+	user, e := pathID(r, "userId", "userId")
+	if e != nil {
+		return "", e
+	}
+	if user != c.User && !c.Admin {
+		return "", errorf(http.StatusForbidden, "forbidden", "only the user or an admin may do this")
+	}
+	return user, nil
+}
+
+func (s *Server) erase(w http.ResponseWriter, r *http.Request) *apiError {
+	user, e := s.selfOrAdmin(r)
+	if e != nil {
+		return e
+	}
+	if e := drainBody(r); e != nil {
+		return e
+	}
+	job, err := s.cfg.Eraser.Start(r.Context(), user)
+	if err != nil && job.User == "" {
+		return retryable(http.StatusServiceUnavailable, "unavailable", "could not start erasure; retry", time.Second)
+	}
+	status := http.StatusOK
+	if job.State != edge.ErasureDone {
+		status = http.StatusAccepted
+	}
+	writeJSON(w, status, job)
+	return nil
+}
+
+func (s *Server) erasure(w http.ResponseWriter, r *http.Request) *apiError {
+	user, e := s.selfOrAdmin(r)
+	if e != nil {
+		return e
+	}
+	job, ok, err := s.cfg.Eraser.Status(r.Context(), user)
+	if err != nil {
+		return retryable(http.StatusServiceUnavailable, "unavailable", "status read failed", time.Second)
+	}
+	if !ok {
+		return errorf(http.StatusNotFound, "not_found", "no erasure for this user")
+	}
+	writeJSON(w, http.StatusOK, job)
+	return nil
+}
+
+// MaxRetractUsers bounds one retraction request.
+const MaxRetractUsers = 1000
+
+func (s *Server) retract(w http.ResponseWriter, r *http.Request) *apiError {
+	c, _, e := s.session(r, true)
+	if e != nil {
+		return e
+	}
+	if !c.Admin {
+		return errorf(http.StatusForbidden, "forbidden", "retractions need an admin token")
+	}
+	var req struct {
+		ItemID  string   `json:"itemId"`
+		UserIDs []string `json:"userIds"`
+	}
+	if e := decodeBody(r, &req); e != nil {
+		return e
+	}
+	if err := ValidateID("itemId", req.ItemID); err != nil {
+		return errorf(http.StatusBadRequest, "invalid_id", err.Error())
+	}
+	if len(req.UserIDs) == 0 || len(req.UserIDs) > MaxRetractUsers {
+		return errorf(http.StatusBadRequest, "invalid_batch", fmt.Sprintf("userIds must hold 1 to %d ids", MaxRetractUsers))
+	}
+	for i, u := range req.UserIDs {
+		if err := ValidateID(fmt.Sprintf("userIds[%d]", i), u); err != nil {
+			return errorf(http.StatusBadRequest, "invalid_id", err.Error())
+		}
+	}
+	release, e := s.admit("retract")
+	if e != nil {
+		return e
+	}
+	defer release()
+	type result struct {
+		User    string `json:"userId"`
+		Changed bool   `json:"changed"`
+		Error   string `json:"error,omitempty"`
+	}
+	results := make([]result, 0, len(req.UserIDs))
+	retracted := 0
+	for _, u := range req.UserIDs {
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
+		ans, err := s.cfg.Service.Retract(ctx, req.ItemID, u)
+		cancel()
+		res := result{User: u, Changed: ans.Changed}
+		if err != nil {
+			res.Error = s.writeErr("retract", err).code
+		} else if ans.Changed {
+			retracted++
+			s.m.Outcomes.WithLabelValues("retract", "changed").Inc()
+		}
+		results = append(results, res)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"itemId": req.ItemID, "retracted": retracted, "results": results})
+	return nil
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Ready != nil {
+		if err := s.cfg.Ready(r.Context()); err != nil {
+			writeError(w, retryable(http.StatusServiceUnavailable, "not_ready", err.Error(), time.Second))
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "region": s.cfg.Region})
+}

@@ -1,0 +1,168 @@
+// Package counts serves item counts: a cache with stale-while-revalidate in front
+// of the summed cells, every answer labelled with the asOf it can prove.
+//
+// asOf honesty: the watermarks are read BEFORE the cells are summed, so the count
+// includes at least every event with event time <= asOf. A cached entry keeps the
+// asOf it was computed with; staleness is measured at read time, so a cache can
+// make a count older but never make it claim more freshness.
+//
+// Reads never fail because a cache does: a cache error falls through to the
+// store. One refresh per item runs at a time (Cache.TryRefresh).
+//
+// Concurrency: Reader is safe for concurrent use; background refreshes are
+// tracked and Close waits for them.
+package counts
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"likes/clock"
+	"likes/pipeline"
+)
+
+// Entry is one cached count.
+type Entry struct {
+	Count    int64
+	AsOf     int64 // Unix ms
+	StoredAt int64 // Unix ms
+}
+
+// Cache is the count cache contract (in-process by default, Redis in production).
+type Cache interface {
+	Get(ctx context.Context, item string) (Entry, bool, error)
+	Set(ctx context.Context, item string, e Entry) error
+	// TryRefresh claims the single refresh slot of item for at most ttl.
+	TryRefresh(ctx context.Context, item string, ttl time.Duration) (bool, error)
+	// DoneRefresh releases the slot.
+	DoneRefresh(ctx context.Context, item string) error
+}
+
+// Config configures a Reader.
+type Config struct {
+	Store pipeline.CountStore
+	Cache Cache
+	Clock clock.Clock
+	// Regions whose watermarks bound asOf (default: every region the store knows).
+	Regions []string
+	// FreshFor: a cached entry younger than this is served as is (default 200ms).
+	FreshFor time.Duration
+	// StaleFor: an older entry younger than this is served while one refresh runs
+	// in the background (default 10s); older entries are recomputed inline.
+	StaleFor time.Duration
+}
+
+// Result is a labelled count.
+type Result struct {
+	Count int64
+	AsOf  time.Time
+	// Staleness is now − AsOf.
+	Staleness time.Duration
+}
+
+// Reader serves counts.
+type Reader struct {
+	cfg    Config
+	wg     sync.WaitGroup
+	ctx    context.Context
+	cancel context.CancelFunc
+	once   sync.Once
+}
+
+// NewReader validates cfg.
+func NewReader(cfg Config) (*Reader, error) {
+	if cfg.Store == nil || cfg.Cache == nil {
+		return nil, errors.New("counts: Config needs Store and Cache")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.FreshFor == 0 {
+		cfg.FreshFor = 200 * time.Millisecond
+	}
+	if cfg.StaleFor == 0 {
+		cfg.StaleFor = 10 * time.Second
+	}
+	if cfg.FreshFor < 0 || cfg.StaleFor < cfg.FreshFor {
+		return nil, errors.New("counts: need 0 < FreshFor <= StaleFor")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Reader{cfg: cfg, ctx: ctx, cancel: cancel}, nil
+}
+
+// Count returns item's labelled count.
+func (r *Reader) Count(ctx context.Context, item string) (Result, error) {
+	now := r.cfg.Clock.Now().UnixMilli()
+	e, ok, err := r.cfg.Cache.Get(ctx, item)
+	if err == nil && ok {
+		age := time.Duration(now-e.StoredAt) * time.Millisecond
+		if age < r.cfg.FreshFor {
+			return r.result(e), nil
+		}
+		if age < r.cfg.StaleFor {
+			if got, _ := r.cfg.Cache.TryRefresh(ctx, item, r.cfg.StaleFor); got {
+				r.refreshAsync(item)
+			}
+			return r.result(e), nil
+		}
+	}
+	e, err = r.compute(ctx, item)
+	if err != nil {
+		return Result{}, err
+	}
+	return r.result(e), nil
+}
+
+// Fresh bypasses the cache (reconciliation, tests).
+func (r *Reader) Fresh(ctx context.Context, item string) (Result, error) {
+	e, err := r.compute(ctx, item)
+	return r.result(e), err
+}
+
+func (r *Reader) result(e Entry) Result {
+	now := r.cfg.Clock.Now()
+	asOf := time.UnixMilli(e.AsOf)
+	return Result{Count: e.Count, AsOf: asOf, Staleness: max(0, now.Sub(asOf))}
+}
+
+func (r *Reader) compute(ctx context.Context, item string) (Entry, error) {
+	wms, err := r.cfg.Store.Watermarks(ctx) // before the sum: see the package doc
+	if err != nil {
+		return Entry{}, err
+	}
+	regions := r.cfg.Regions
+	if len(regions) == 0 {
+		for reg := range wms {
+			regions = append(regions, reg)
+		}
+	}
+	n, err := r.cfg.Store.Count(ctx, item)
+	if err != nil {
+		return Entry{}, err
+	}
+	e := Entry{Count: n, AsOf: wms.AsOf(regions), StoredAt: r.cfg.Clock.Now().UnixMilli()}
+	_ = r.cfg.Cache.Set(ctx, item, e) // a cache failure costs only speed
+	return e, nil
+}
+
+func (r *Reader) refreshAsync(item string) {
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		ctx, cancel := context.WithTimeout(r.ctx, r.cfg.StaleFor)
+		defer cancel()
+		_, _ = r.compute(ctx, item)
+		_ = r.cfg.Cache.DoneRefresh(ctx, item)
+	}()
+}
+
+// Close cancels background refreshes and waits for them. Idempotent.
+func (r *Reader) Close() error {
+	r.once.Do(func() {
+		r.cancel()
+		r.wg.Wait()
+	})
+	return nil
+}

@@ -1,0 +1,219 @@
+// Package region wires one region of likes together on the embedded default: the
+// Pebble store, the aggregator group, the edge service and eraser, the count
+// reader, the in-process overlay, cache and limiters, and the HTTP API.
+//
+// Lifecycle: Open starts every component; Close stops them in dependency order
+// (API callers first, then the eraser, the aggregators, the count reader, and
+// the store last) and is idempotent.
+package region
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"likes/api"
+	"likes/auth"
+	"likes/clock"
+	"likes/counts"
+	"likes/edge"
+	"likes/inproc"
+	"likes/pipeline"
+	"likes/store/pebblestore"
+)
+
+// Config configures one region.
+type Config struct {
+	// Name is the region's name (e.g. "us"). Required.
+	Name string
+	// DataDir holds the region's database. Required.
+	DataDir string
+	// Partitions of the committed log (default 16; fixed at creation).
+	Partitions int
+	// Window is the aggregator commit interval (default 250ms).
+	Window time.Duration
+	// Secret verifies bearer tokens. Required.
+	Secret []byte
+	// MaxInFlightWrites bounds admitted writes (default 1024).
+	MaxInFlightWrites int
+	// UserRate/UserBurst limit writes per user (default 20/s, burst 40; rate < 0 disables).
+	UserRate  float64
+	UserBurst int
+	// IPRate/IPBurst limit requests per client IP (default disabled: behind a
+	// load balancer every request has the balancer's address).
+	IPRate  float64
+	IPBurst int
+	// EraseRate bounds edges erased per second (default 500).
+	EraseRate int
+	Clock     clock.Clock
+	Logger    *slog.Logger
+}
+
+// Region is one running region.
+type Region struct {
+	cfg      Config
+	Store    *pebblestore.Store
+	Service  *edge.Service
+	Eraser   *edge.Eraser
+	Counts   *counts.Reader
+	Aggs     *pipeline.Group
+	API      *api.Server
+	Registry *prometheus.Registry
+
+	once     sync.Once
+	closeErr error
+}
+
+// Open starts a region.
+func Open(ctx context.Context, cfg Config) (*Region, error) {
+	if cfg.Name == "" || cfg.DataDir == "" {
+		return nil, errors.New("region: Config needs Name and DataDir")
+	}
+	if len(cfg.Secret) == 0 {
+		return nil, errors.New("region: Config needs Secret")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.UserRate == 0 {
+		cfg.UserRate = 20
+	}
+	if cfg.UserBurst <= 0 {
+		cfg.UserBurst = max(1, int(2*cfg.UserRate))
+	}
+	if cfg.IPBurst <= 0 {
+		cfg.IPBurst = max(1, int(2*cfg.IPRate))
+	}
+	log := cfg.Logger.With("region", cfg.Name)
+	st, err := pebblestore.Open(pebblestore.Options{
+		Dir: filepath.Join(cfg.DataDir, cfg.Name), Region: cfg.Name, Partitions: cfg.Partitions, Clock: cfg.Clock,
+	})
+	if err != nil {
+		return nil, err
+	}
+	r := &Region{cfg: cfg, Store: st, Registry: prometheus.NewRegistry()}
+	fail := func(err error) (*Region, error) {
+		_ = r.Close()
+		return nil, err
+	}
+	r.Service, err = edge.NewService(edge.ServiceConfig{
+		Store: st, Overlay: inproc.NewOverlay(cfg.Clock, 30*time.Second), Clock: cfg.Clock, Authority: edge.StaticAuthority(1),
+	})
+	if err != nil {
+		return fail(err)
+	}
+	r.Aggs, err = pipeline.NewGroup(ctx, pipeline.Config{
+		Region: cfg.Name, Log: st, Cells: st, Clock: cfg.Clock, Window: cfg.Window,
+		OnError: func(p uint32, err error) { log.Warn("aggregator window failed; retrying", "partition", p, "err", err) },
+	})
+	if err != nil {
+		return fail(err)
+	}
+	r.Eraser, err = edge.NewEraser(ctx, edge.EraserConfig{
+		Service: r.Service, Store: st, Jobs: st, Clock: cfg.Clock, Rate: cfg.EraseRate,
+		OnError: func(err error) { log.Warn("erasure step failed; retrying", "err", err) },
+	})
+	if err != nil {
+		return fail(err)
+	}
+	r.Counts, err = counts.NewReader(counts.Config{
+		Store: st, Cache: inproc.NewCache(cfg.Clock, time.Minute), Clock: cfg.Clock, Regions: []string{cfg.Name},
+	})
+	if err != nil {
+		return fail(err)
+	}
+	var ipLimiter api.Limiter
+	if cfg.IPRate > 0 {
+		ipLimiter = inproc.NewLimiter(cfg.Clock, cfg.IPRate, cfg.IPBurst)
+	}
+	var userLimiter api.Limiter
+	if cfg.UserRate > 0 {
+		userLimiter = inproc.NewLimiter(cfg.Clock, cfg.UserRate, cfg.UserBurst)
+	}
+	r.API, err = api.New(api.Config{
+		Region: cfg.Name, Service: r.Service, Eraser: r.Eraser, Store: st, Counts: r.Counts,
+		Verifier:    auth.NewVerifier(cfg.Secret, cfg.Clock.Now),
+		UserLimiter: userLimiter, IPLimiter: ipLimiter, MaxInFlightWrites: cfg.MaxInFlightWrites,
+		Registry: r.Registry, Clock: cfg.Clock,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	r.registerPipelineMetrics()
+	return r, nil
+}
+
+func (r *Region) registerPipelineMetrics() {
+	r.Registry.MustRegister(
+		collectors.NewGoCollector(),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "likes_aggregator_lag_events",
+			Help: "Committed log events not yet folded into cells, summed over partitions.",
+		}, func() float64 {
+			var lag uint64
+			for _, s := range r.Aggs.Stats() {
+				if s.Head > s.Position {
+					lag += s.Head - s.Position
+				}
+			}
+			return float64(lag)
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "likes_count_staleness_seconds",
+			Help: "Now minus this region's watermark (the asOf of a fresh count read).",
+		}, func() float64 {
+			wm, err := r.Store.Watermarks(context.Background())
+			if err != nil {
+				return -1
+			}
+			return r.cfg.Clock.Now().Sub(time.UnixMilli(wm[r.cfg.Name])).Seconds()
+		}),
+	)
+}
+
+// Name is the region's name.
+func (r *Region) Name() string { return r.cfg.Name }
+
+// Close stops the region. Idempotent.
+func (r *Region) Close() error {
+	r.once.Do(func() {
+		var errs []error
+		for _, c := range []interface{ Close() error }{r.Eraser, r.Aggs, r.Counts, r.Store} {
+			if c == nil || isNilCloser(c) {
+				continue
+			}
+			if err := c.Close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		r.closeErr = errors.Join(errs...)
+		if r.closeErr != nil {
+			r.closeErr = fmt.Errorf("region %s: close: %w", r.cfg.Name, r.closeErr)
+		}
+	})
+	return r.closeErr
+}
+
+func isNilCloser(c interface{ Close() error }) bool {
+	switch v := c.(type) {
+	case *edge.Eraser:
+		return v == nil
+	case *pipeline.Group:
+		return v == nil
+	case *counts.Reader:
+		return v == nil
+	case *pebblestore.Store:
+		return v == nil
+	}
+	return false
+}

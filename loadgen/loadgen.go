@@ -1,0 +1,529 @@
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"likes/auth"
+)
+
+// Phase names.
+const (
+	PhaseUniform = "uniform-writes"
+	PhaseViral   = "viral-writes"
+	PhaseReads   = "count-reads"
+)
+
+// AllPhases is the default phase order.
+var AllPhases = []string{PhaseUniform, PhaseViral, PhaseReads}
+
+// Config configures a Run. Only URL and Secret are required.
+type Config struct {
+	// URL is the region's base URL, e.g. http://127.0.0.1:8080. Loopback only.
+	URL string
+	// Secret signs the users' bearer tokens (auth.Sign); it must be the server's.
+	Secret []byte
+	// Workers is the number of concurrent request loops (default 64).
+	Workers int
+	// Users in all (default Workers*50), split evenly over workers; each user is
+	// driven by exactly one worker.
+	Users int
+	// Items is the number of distinct items of the uniform and read phases
+	// (default 10000).
+	Items int
+	// PhaseDuration bounds each phase (default 10s).
+	PhaseDuration time.Duration
+	// Phases to run, in order (default AllPhases).
+	Phases []string
+	// SampleEvery is the staleness sampler's period during write phases
+	// (default 50ms).
+	SampleEvery time.Duration
+	// RequestTimeout bounds one request (default 10s).
+	RequestTimeout time.Duration
+	// RunID prefixes user ids, item ids and idempotency keys so runs against the
+	// same data stay independent (default: derived from the start time).
+	RunID string
+	// Seed seeds the random choices (default: from the start time).
+	Seed uint64
+	// Client overrides the HTTP client (default NewClient(Workers, RequestTimeout)).
+	Client *http.Client
+	// Progress, if set, is called every ProgressEvery (default 1s) during a phase.
+	Progress      func(Progress)
+	ProgressEvery time.Duration
+}
+
+// Progress is a snapshot of a running phase.
+type Progress struct {
+	Phase    string
+	Elapsed  time.Duration
+	Requests int64
+	OK       int64
+	Errors   int64
+	// Rate is successful requests per second over the last interval.
+	Rate float64
+}
+
+func (c *Config) defaults() error {
+	if _, err := CheckLoopback(c.URL); err != nil {
+		return err
+	}
+	c.URL = strings.TrimRight(c.URL, "/")
+	if len(c.Secret) == 0 {
+		return errors.New("loadgen: Config.Secret is required")
+	}
+	if c.Workers == 0 {
+		c.Workers = 64
+	}
+	if c.Users == 0 {
+		c.Users = c.Workers * 50
+	}
+	if c.Items == 0 {
+		c.Items = 10000
+	}
+	if c.PhaseDuration == 0 {
+		c.PhaseDuration = 10 * time.Second
+	}
+	if c.Workers < 1 || c.Workers > 4096 || c.Users < 1 || c.Items < 1 || c.PhaseDuration < 0 || c.PhaseDuration > time.Hour {
+		return fmt.Errorf("loadgen: need 1 <= workers <= 4096, users >= 1, items >= 1, 0 <= duration <= 1h (got %d, %d, %d, %v)",
+			c.Workers, c.Users, c.Items, c.PhaseDuration)
+	}
+	if c.Phases == nil {
+		c.Phases = AllPhases
+	}
+	for _, p := range c.Phases {
+		if p != PhaseUniform && p != PhaseViral && p != PhaseReads {
+			return fmt.Errorf("loadgen: unknown phase %q", p)
+		}
+	}
+	if c.SampleEvery <= 0 {
+		c.SampleEvery = 50 * time.Millisecond
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 10 * time.Second
+	}
+	now := time.Now()
+	if c.RunID == "" {
+		c.RunID = strconv.FormatInt(now.UnixNano()/1e6, 36)
+	}
+	if c.Seed == 0 {
+		c.Seed = uint64(now.UnixNano())
+	}
+	if c.Client == nil {
+		c.Client = NewClient(c.Workers, c.RequestTimeout)
+	}
+	if c.ProgressEvery <= 0 {
+		c.ProgressEvery = time.Second
+	}
+	return nil
+}
+
+type user struct {
+	id     string
+	bearer string // "Bearer <token>"
+}
+
+type runner struct {
+	cfg   Config
+	users [][]user // per worker
+	viral string
+}
+
+// Run drives the region through cfg.Phases and returns the report. When ctx
+// ends early it stops at once and returns the partial report (Interrupted set)
+// and a nil error; an error means the run could not start.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	r := &runner{cfg: cfg, viral: "lg-" + cfg.RunID + "-viral"}
+	if err := r.preflight(ctx); err != nil {
+		return nil, err
+	}
+	per := (cfg.Users + cfg.Workers - 1) / cfg.Workers
+	ttl := time.Duration(len(cfg.Phases)+1)*cfg.PhaseDuration + time.Hour
+	now := time.Now()
+	r.users = make([][]user, cfg.Workers)
+	for w := range r.users {
+		r.users[w] = make([]user, per)
+		for i := range r.users[w] {
+			id := fmt.Sprintf("lg-%s-u%d", cfg.RunID, w*per+i)
+			tok, err := auth.Sign(cfg.Secret, id, false, ttl, now)
+			if err != nil {
+				return nil, err
+			}
+			r.users[w][i] = user{id: id, bearer: "Bearer " + tok}
+		}
+	}
+	rep := &Report{
+		URL: cfg.URL, Workers: cfg.Workers, Users: per * cfg.Workers, Items: cfg.Items,
+		PhaseDurationS: cfg.PhaseDuration.Seconds(), RunID: cfg.RunID, ViralItem: r.viral, Started: now.UTC(),
+	}
+	// Per-worker edge state lives across phases so a later phase keeps alternating.
+	states := make([]*workerState, cfg.Workers)
+	for w := range states {
+		states[w] = &workerState{liked: map[uint64]struct{}{}, viral: make([]bool, per)}
+	}
+	for _, name := range cfg.Phases {
+		if ctx.Err() != nil {
+			break
+		}
+		pr := r.phase(ctx, name, states)
+		rep.Phases = append(rep.Phases, pr)
+	}
+	rep.Interrupted = ctx.Err() != nil
+	rep.Finished = time.Now().UTC()
+	return rep, nil
+}
+
+func (r *runner) preflight(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.cfg.URL+"/healthz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := r.cfg.Client.Do(req)
+	if err != nil {
+		return fmt.Errorf("loadgen: region at %s is not answering: %w", r.cfg.URL, err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("loadgen: %s/healthz answered %s", r.cfg.URL, resp.Status)
+	}
+	return nil
+}
+
+type workerState struct {
+	liked map[uint64]struct{} // uniform phase: (user index, item) pairs currently liked
+	viral []bool              // viral phase: per user index
+}
+
+// counters are shared by a phase's workers for progress only.
+type counters struct {
+	req, ok, errs atomic.Int64
+}
+
+type workerResult struct {
+	lat     Histogram
+	errs    map[string]int64
+	req     int64
+	ok      int64
+	changed int64
+}
+
+func (r *runner) phase(ctx context.Context, name string, states []*workerState) PhaseReport {
+	cfg := r.cfg
+	start := time.Now()
+	stop := start.Add(cfg.PhaseDuration)
+	var ctr counters
+	results := make([]*workerResult, cfg.Workers)
+	var wg sync.WaitGroup
+	for w := range cfg.Workers {
+		res := &workerResult{errs: map[string]int64{}}
+		results[w] = res
+		rng := rand.New(rand.NewPCG(cfg.Seed, uint64(w)<<8|uint64(phaseIndex(name))))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.worker(ctx, name, w, stop, rng, states[w], res, &ctr)
+		}()
+	}
+	var samp *sampler
+	sampDone := make(chan struct{})
+	if name != PhaseReads {
+		samp = &sampler{r: r, phase: name, rng: rand.New(rand.NewPCG(cfg.Seed, 1<<40|uint64(phaseIndex(name)))), errs: map[string]int64{}}
+		go func() { defer close(sampDone); samp.run(ctx, stop) }()
+	} else {
+		close(sampDone)
+	}
+	progDone := make(chan struct{})
+	workersDone := make(chan struct{})
+	go func() {
+		defer close(progDone)
+		r.progress(name, start, &ctr, workersDone)
+	}()
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(workersDone)
+	<-sampDone
+	<-progDone
+
+	pr := PhaseReport{Name: name, DurationS: elapsed.Seconds(), Errors: map[string]int64{}, Partial: ctx.Err() != nil}
+	var lat Histogram
+	for _, res := range results {
+		lat.Merge(&res.lat)
+		pr.Requests += res.req
+		pr.OK += res.ok
+		pr.Changed += res.changed
+		for k, v := range res.errs {
+			pr.Errors[k] += v
+		}
+	}
+	if elapsed > 0 {
+		pr.Throughput = float64(pr.OK) / elapsed.Seconds()
+	}
+	pr.Latency = summarize(&lat)
+	if samp != nil {
+		pr.Staleness = samp.report()
+	}
+	return pr
+}
+
+func phaseIndex(name string) int {
+	for i, p := range AllPhases {
+		if p == name {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+func (r *runner) progress(name string, start time.Time, ctr *counters, done <-chan struct{}) {
+	if r.cfg.Progress == nil {
+		return
+	}
+	t := time.NewTicker(r.cfg.ProgressEvery)
+	defer t.Stop()
+	last, lastAt := int64(0), start
+	for {
+		select {
+		case <-done:
+			return
+		case now := <-t.C:
+			ok := ctr.ok.Load()
+			rate := 0.0
+			if dt := now.Sub(lastAt).Seconds(); dt > 0 {
+				rate = float64(ok-last) / dt
+			}
+			last, lastAt = ok, now
+			r.cfg.Progress(Progress{Phase: name, Elapsed: now.Sub(start), Requests: ctr.req.Load(), OK: ok, Errors: ctr.errs.Load(), Rate: rate})
+		}
+	}
+}
+
+func (r *runner) worker(ctx context.Context, phase string, w int, stop time.Time, rng *rand.Rand, st *workerState, res *workerResult, ctr *counters) {
+	users := r.users[w]
+	items := uint64(r.cfg.Items)
+	buf := make([]byte, 0, 512)
+	next := rng.IntN(len(users)) // viral: round-robin start
+	for seq := 0; ; seq++ {
+		if ctx.Err() != nil || !time.Now().Before(stop) {
+			return
+		}
+		var (
+			method, path string
+			u            user
+			apply        func()
+		)
+		switch phase {
+		case PhaseUniform:
+			ui := rng.IntN(len(users))
+			it := rng.Uint64N(items)
+			u = users[ui]
+			item := r.item(it)
+			key := uint64(ui)*items + it
+			if _, liked := st.liked[key]; liked {
+				method, path = http.MethodDelete, "/v1/items/"+item+"/likes/"+url.PathEscape(u.id)
+				apply = func() { delete(st.liked, key) }
+			} else {
+				method, path = http.MethodPost, "/v1/items/"+item+"/likes"
+				apply = func() { st.liked[key] = struct{}{} }
+			}
+		case PhaseViral:
+			ui := next
+			next = (next + 1) % len(users)
+			u = users[ui]
+			if st.viral[ui] {
+				method, path = http.MethodDelete, "/v1/items/"+r.viral+"/likes/"+url.PathEscape(u.id)
+			} else {
+				method, path = http.MethodPost, "/v1/items/"+r.viral+"/likes"
+			}
+			apply = func() { st.viral[ui] = !st.viral[ui] }
+		default: // reads
+			method, path = http.MethodGet, "/v1/items/"+r.item(rng.Uint64N(items))+"/count"
+		}
+		req, err := http.NewRequestWithContext(ctx, method, r.cfg.URL+path, nil)
+		if err != nil {
+			res.errs["request"]++
+			continue
+		}
+		if phase != PhaseReads {
+			req.Header.Set("Authorization", u.bearer)
+			req.Header.Set("Idempotency-Key", "lg-"+r.cfg.RunID+"-w"+strconv.Itoa(w)+"-"+phaseShort(phase)+strconv.Itoa(seq))
+		}
+		t0 := time.Now()
+		resp, err := r.cfg.Client.Do(req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return // interrupted: the request is not counted
+			}
+			res.req++
+			ctr.req.Add(1)
+			res.errs[transportClass(err)]++
+			ctr.errs.Add(1)
+			continue
+		}
+		buf, err = readBody(resp.Body, buf[:0])
+		resp.Body.Close()
+		d := time.Since(t0)
+		if err != nil && ctx.Err() != nil {
+			return
+		}
+		res.req++
+		ctr.req.Add(1)
+		if resp.StatusCode/100 != 2 || err != nil {
+			k := strconv.Itoa(resp.StatusCode)
+			if err != nil {
+				k = "body"
+			}
+			res.errs[k]++
+			ctr.errs.Add(1)
+			continue
+		}
+		res.ok++
+		ctr.ok.Add(1)
+		res.lat.Record(d)
+		if apply != nil {
+			apply()
+			if bytes.Contains(buf, []byte(`"changed":true`)) {
+				res.changed++
+			}
+		}
+	}
+}
+
+func (r *runner) item(i uint64) string { return "lg-" + r.cfg.RunID + "-i" + strconv.FormatUint(i, 10) }
+
+func phaseShort(p string) string {
+	switch p {
+	case PhaseUniform:
+		return "u"
+	case PhaseViral:
+		return "v"
+	}
+	return "r"
+}
+
+// readBody reads at most 64 KiB of body into buf, discarding the rest.
+func readBody(body io.Reader, buf []byte) ([]byte, error) {
+	lr := io.LimitReader(body, 64<<10)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := lr.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			_, _ = io.Copy(io.Discard, body)
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
+
+func transportClass(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) && ue.Timeout() {
+		return "timeout"
+	}
+	if errors.Is(err, ErrNotLoopback) {
+		return "refused-non-loopback"
+	}
+	return "transport"
+}
+
+// sampler reads counts during a write phase and records staleness.
+type sampler struct {
+	r      *runner
+	phase  string
+	rng    *rand.Rand
+	client Histogram // now − asOf, as the client sees it
+	server Histogram // the server's stalenessMs
+	errs   map[string]int64
+	n      int64
+}
+
+func (s *sampler) run(ctx context.Context, stop time.Time) {
+	t := time.NewTicker(s.r.cfg.SampleEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if !now.Before(stop) {
+				return
+			}
+			item := s.r.viral
+			if s.phase == PhaseUniform {
+				item = s.r.item(s.rng.Uint64N(uint64(s.r.cfg.Items)))
+			}
+			s.sample(ctx, item)
+		}
+	}
+}
+
+func (s *sampler) sample(ctx context.Context, item string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.r.cfg.URL+"/v1/items/"+item+"/count", nil)
+	if err != nil {
+		s.errs["request"]++
+		return
+	}
+	resp, err := s.r.cfg.Client.Do(req)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.errs[transportClass(err)]++
+		}
+		return
+	}
+	defer resp.Body.Close()
+	var body struct {
+		AsOf        string `json:"asOf"`
+		StalenessMs int64  `json:"stalenessMs"`
+	}
+	err = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body)
+	now := time.Now()
+	if resp.StatusCode != http.StatusOK {
+		s.errs[strconv.Itoa(resp.StatusCode)]++
+		return
+	}
+	if err != nil {
+		s.errs["body"]++
+		return
+	}
+	asOf, err := time.Parse(time.RFC3339Nano, body.AsOf)
+	if err != nil {
+		s.errs["asOf"]++
+		return
+	}
+	s.n++
+	s.client.Record(now.Sub(asOf))
+	s.server.Record(time.Duration(body.StalenessMs) * time.Millisecond)
+}
+
+func (s *sampler) report() *Staleness {
+	st := &Staleness{Samples: s.n, Errors: s.errs}
+	if s.n > 0 {
+		st.P50Ms = ms(s.client.Quantile(0.50))
+		st.P99Ms = ms(s.client.Quantile(0.99))
+		st.MaxMs = ms(s.client.Max())
+		st.ServerP50Ms = ms(s.server.Quantile(0.50))
+		st.ServerP99Ms = ms(s.server.Quantile(0.99))
+	}
+	return st
+}

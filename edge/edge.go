@@ -49,7 +49,12 @@ const (
 	KindRetraction Kind = 2 // the abuse system's unlike, same path as users
 	KindErasure    Kind = 3 // account erasure: the edge becomes an ERASED tombstone
 	KindCorrection Kind = 4 // branch correction after a failover (DESIGN section 5)
+	KindRecord     Kind = 5 // an idempotency record of a no-op write, carried for replication only
+	KindPurge      Kind = 6 // an erased user's records and index were purged (replication only)
 )
+
+// Counted reports whether events of this kind contribute deltas to cells.
+func (k Kind) Counted() bool { return k >= KindFlip && k <= KindCorrection }
 
 func (k Kind) String() string {
 	switch k {
@@ -61,6 +66,10 @@ func (k Kind) String() string {
 		return "erasure"
 	case KindCorrection:
 		return "correction"
+	case KindRecord:
+		return "record"
+	case KindPurge:
+		return "purge"
 	}
 	return "kind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -91,6 +100,24 @@ type Event struct {
 	Delta     int8
 	EventTime int64 // Unix ms, assigned at commit
 	Kind      Kind
+	// Idem is the idempotency record written with this event, if any; it travels
+	// with the event so a new owner replays answers the old owner gave.
+	Idem *IdemRef
+}
+
+// IdemRef is an idempotency record as carried by an event.
+type IdemRef struct {
+	Key         string
+	Fingerprint string
+	ExpiresAt   int64
+	Liked       bool
+	Changed     bool
+}
+
+// Record returns the idempotency record the reference describes.
+func (r IdemRef) Record(item, user string) IdemRecord {
+	return IdemRecord{Fingerprint: r.Fingerprint, ExpiresAt: r.ExpiresAt,
+		Answer: Answer{Item: item, User: user, Liked: r.Liked, Changed: r.Changed}}
 }
 
 // Answer is what a write request is told, and what an idempotency record replays.
@@ -220,6 +247,29 @@ func (d Decision) Record(req Request) *IdemRecord {
 		return nil
 	}
 	return &IdemRecord{Fingerprint: req.Fingerprint, Answer: d.Answer, ExpiresAt: req.Now + req.IdemTTLms}
+}
+
+// LogEvent is the event a store appends for this decision, or nil: the write's
+// event for ActWrite, a KindRecord event for a no-op that leaves an idempotency
+// record (so the record replicates), with the record attached in both cases.
+// Partition, Pos and EventTime are left to the store.
+func (d Decision) LogEvent(req Request) *Event {
+	rec := d.Record(req)
+	var ev Event
+	switch {
+	case d.Action == ActWrite:
+		ev = *d.Event
+	case d.Action == ActNoop && rec != nil:
+		ev = Event{Item: req.Item, User: req.User, Bucket: BucketOf(req.User),
+			Version: d.Edge.Version, State: d.Edge.State, Kind: KindRecord}
+	default:
+		return nil
+	}
+	if rec != nil {
+		ev.Idem = &IdemRef{Key: req.IdemKey, Fingerprint: rec.Fingerprint, ExpiresAt: rec.ExpiresAt,
+			Liked: rec.Answer.Liked, Changed: rec.Answer.Changed}
+	}
+	return &ev
 }
 
 // Err maps a refusing decision to its error, nil for the others.

@@ -158,6 +158,9 @@ func (a *Aggregator) fold(ctx context.Context, evs []edge.Event, w *Window) erro
 	keySet := map[crdt.CellKey]struct{}{}
 	edgeSet := map[EdgeKey]struct{}{}
 	for _, ev := range evs {
+		if !ev.Kind.Counted() {
+			continue // carried for replication only
+		}
 		keySet[crdt.CellKey{Item: ev.Item, Region: a.cfg.Region, Shard: a.partition}] = struct{}{}
 		edgeSet[EdgeKey{Item: ev.Item, User: ev.User}] = struct{}{}
 	}
@@ -181,6 +184,9 @@ func (a *Aggregator) fold(ctx context.Context, evs []edge.Event, w *Window) erro
 	deltas := make(map[crdt.CellKey]*crdt.Delta, len(keys))
 	w.Dedupe = map[EdgeKey]Applied{}
 	for _, ev := range evs {
+		if !ev.Kind.Counted() {
+			continue
+		}
 		ck := crdt.CellKey{Item: ev.Item, Region: a.cfg.Region, Shard: a.partition}
 		if ev.Pos <= cells[ck].HWM {
 			continue // fence: this cell already holds the event

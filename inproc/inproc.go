@@ -46,8 +46,17 @@ func (t *ttlMap[V]) get(key string, now int64) (V, bool) {
 }
 
 func (t *ttlMap[V]) put(key string, v V, now, expires int64) {
+	t.putIf(key, v, now, expires, nil)
+}
+
+// putIf stores v unless keep(live current value) says to keep the current one;
+// the check and the write are one critical section.
+func (t *ttlMap[V]) putIf(key string, v V, now, expires int64, keep func(cur V) bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if e, ok := t.m[key]; ok && keep != nil && e.expires > now && keep(e.v) {
+		return
+	}
 	if t.m == nil {
 		t.m = map[string]ttlEntry[V]{}
 	}
@@ -92,11 +101,10 @@ func overlayKey(user, item string) string { return user + "\x00" + item }
 // Put implements edge.Overlay. A newer version is never replaced by an older one.
 func (o *Overlay) Put(_ context.Context, user, item string, e edge.OverlayEntry) error {
 	now := o.clock.Now()
-	k := overlayKey(user, item)
-	if old, ok := o.m.get(k, now.UnixMilli()); ok && e.Version.Less(old.Version) {
-		return nil
-	}
-	o.m.put(k, e, now.UnixMilli(), now.Add(o.ttl).UnixMilli())
+	// Compare and write under one lock: two Puts of one edge racing must not
+	// let the older version land last.
+	o.m.putIf(overlayKey(user, item), e, now.UnixMilli(), now.Add(o.ttl).UnixMilli(),
+		func(old edge.OverlayEntry) bool { return e.Version.Less(old.Version) })
 	return nil
 }
 

@@ -417,23 +417,15 @@ func phaseShort(p string) string {
 	return "r"
 }
 
-// readBody reads at most 64 KiB of body into buf, discarding the rest.
+// readBody reads at most 64 KiB of body into buf and discards the rest, so the
+// connection can be reused.
 func readBody(body io.Reader, buf []byte) ([]byte, error) {
-	lr := io.LimitReader(body, 64<<10)
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := lr.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			_, _ = io.Copy(io.Discard, body)
-			return buf, nil
-		}
-		if err != nil {
-			return buf, err
-		}
+	b := bytes.NewBuffer(buf)
+	_, err := b.ReadFrom(io.LimitReader(body, 64<<10))
+	if err == nil {
+		_, err = io.Copy(io.Discard, body)
 	}
+	return b.Bytes(), err
 }
 
 func transportClass(err error) string {

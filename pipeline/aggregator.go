@@ -131,7 +131,9 @@ func (a *Aggregator) Step(ctx context.Context) (n int, caughtUp bool, err error)
 	}
 	wm := head.CompleteThrough
 	if !caughtUp {
-		wm = evs[len(evs)-1].EventTime
+		// Events of one group commit share an event time, so only the time
+		// before the last read event is known complete.
+		wm = evs[len(evs)-1].EventTime - 1
 	}
 	if wm > w.Watermark {
 		w.Watermark = wm

@@ -28,6 +28,11 @@ type PartBatch struct {
 	Partition uint32
 	Events    []edge.Event
 	Through   uint64
+	// After is the previous cursor the run starts from (the sender's view of the
+	// receiver's cursor). A receiver whose cursor is below After would skip the
+	// events in between, so it ignores the run and answers its cursor instead;
+	// the sender then resends from there. Zero (from the start) always passes.
+	After uint64
 }
 
 // Batch is one push from a sender region to a receiver region.
@@ -38,6 +43,11 @@ type Batch struct {
 	Cells      []CellState
 	// CellsThrough is the sender's cell-change sequence the Cells cover through.
 	CellsThrough uint64
+	// CellsAfter is the cell-change sequence the Cells start after (the sender's
+	// view of the receiver's cursor). A receiver whose Cells cursor is below it
+	// still merges the Cells (always safe) but neither advances its cursor nor
+	// records the Watermark, which would claim changes it never received.
+	CellsAfter uint64
 	// Watermark, when nonzero, is the sender region's watermark, valid because
 	// the batch carries every cell change through CellsThrough and the watermark
 	// was read before those changes.
@@ -73,4 +83,36 @@ type Sink interface {
 	Cursor(ctx context.Context, from string) (Cursor, error)
 	// ScanCells calls fn for every cell of region held locally (anti-entropy).
 	ScanCells(ctx context.Context, region string, fn func(CellState) error) error
+}
+
+// ProtocolVersion is the wire protocol version every message carries. A
+// receiver rejects other versions with codes.FailedPrecondition.
+const ProtocolVersion = 1
+
+// DigestBuckets is how many buckets anti-entropy groups cells into: a cell's
+// bucket is edge.Hash(item) % DigestBuckets.
+const DigestBuckets = 256
+
+// Peer is another region's replication endpoint, as found by Membership.
+type Peer struct {
+	Region   string `json:"region"`
+	GRPCAddr string `json:"grpcAddr"`
+	HTTPAddr string `json:"httpAddr,omitempty"`
+}
+
+// DigestRequest asks a receiver to compare its copy of the sender's cells with
+// the sender's: Buckets[i] is the sender's hash of its own cells in bucket i
+// (see BucketDigest), DigestBuckets entries.
+type DigestRequest struct {
+	From       string
+	Partitions int
+	Buckets    []uint64
+}
+
+// DigestResponse lists the buckets whose hash differs at the receiver, and the
+// receiver's cursor for the sender (so a sender also learns of a cursor that
+// went back, e.g. a receiver restored from an older snapshot).
+type DigestResponse struct {
+	Mismatched []uint32
+	Cursor     Cursor
 }

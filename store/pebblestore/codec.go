@@ -60,6 +60,37 @@ func logKey(part uint32, pos uint64) []byte {
 
 func posKey(part uint32) []byte { return binary.BigEndian.AppendUint32([]byte{'p'}, part) }
 
+// Replication keys: o seq(8) → cell key (own cell changes, shipped to peers);
+// r from 00 part(4) → applied log position of a peer; k from → applied cell
+// sequence of a peer; w from → a peer's watermark.
+func outboxKey(seq uint64) []byte { return binary.BigEndian.AppendUint64([]byte{'o'}, seq) }
+func remotePosKey(from string, part uint32) []byte {
+	return binary.BigEndian.AppendUint32(append(cat('r', from), sep), part)
+}
+func remoteCellKey(from string) []byte { return cat('k', from) }
+func remoteWMKey(from string) []byte   { return cat('w', from) }
+
+// parseCellKey inverts cellKey.
+func parseCellKey(k []byte) (crdt.CellKey, bool) {
+	if len(k) < 1+4+2 || k[0] != 'c' {
+		return crdt.CellKey{}, false
+	}
+	body := k[1 : len(k)-4]
+	shard := binary.BigEndian.Uint32(k[len(k)-4:])
+	if body[len(body)-1] != sep {
+		return crdt.CellKey{}, false
+	}
+	body = body[:len(body)-1]
+	i := len(body) - 1
+	for i >= 0 && body[i] != sep {
+		i--
+	}
+	if i < 0 {
+		return crdt.CellKey{}, false
+	}
+	return crdt.CellKey{Item: string(body[:i]), Region: string(body[i+1:]), Shard: shard}, true
+}
+
 var metaKey = []byte{'m'}
 
 // prefixEnd is the smallest key greater than every key with prefix p.
@@ -152,7 +183,21 @@ func encodeEvent(ev edge.Event) []byte {
 	b = appendStr(b, ev.Item)
 	b = appendStr(b, ev.User)
 	b = appendVersion(b, ev.Version)
-	return binary.AppendVarint(b, ev.EventTime)
+	b = binary.AppendVarint(b, ev.EventTime)
+	if ev.Idem == nil {
+		return append(b, 0)
+	}
+	flags := byte(1)
+	if ev.Idem.Liked {
+		flags |= 2
+	}
+	if ev.Idem.Changed {
+		flags |= 4
+	}
+	b = append(b, flags)
+	b = appendStr(b, ev.Idem.Key)
+	b = appendStr(b, ev.Idem.Fingerprint)
+	return binary.AppendVarint(b, ev.Idem.ExpiresAt)
 }
 
 func decodeEvent(part uint32, pos uint64, v []byte) (edge.Event, error) {
@@ -166,6 +211,14 @@ func decodeEvent(part uint32, pos uint64, v []byte) (edge.Event, error) {
 	ev.Version = d.version()
 	ev.EventTime = d.varint()
 	ev.Bucket = edge.BucketOf(ev.User)
+	if d.err == nil && len(d.b) > 0 && d.b[0]&1 != 0 {
+		flags := d.b[0]
+		d.b = d.b[1:]
+		ev.Idem = &edge.IdemRef{Liked: flags&2 != 0, Changed: flags&4 != 0}
+		ev.Idem.Key = d.str()
+		ev.Idem.Fingerprint = d.str()
+		ev.Idem.ExpiresAt = d.varint()
+	}
 	return ev, d.err
 }
 

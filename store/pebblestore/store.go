@@ -56,7 +56,7 @@ type result struct {
 
 type op struct {
 	req  edge.Request
-	fn   func(b *pebble.Batch) // infallible writes ordered with Apply
+	fn   func(b *pebble.Batch, w *batchWriter) error // writes ordered with Apply
 	done chan result
 }
 
@@ -78,7 +78,8 @@ type Store struct {
 	inflight bool       // a group commit is in progress
 	flightAt int64      // its event time
 
-	cellMu sync.Mutex // serializes fenced cell commits
+	cellMu  sync.Mutex // serializes fenced cell commits and cell merges
+	cellSeq uint64     // last cell outbox sequence (guarded by cellMu)
 }
 
 var (
@@ -129,6 +130,10 @@ func Open(opts Options) (*Store, error) {
 		heads:    make([]uint64, opts.Partitions),
 	}
 	if err := s.checkMeta(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	if err := s.loadCellSeq(); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
@@ -274,11 +279,12 @@ func (s *Store) commit(ops []*op) {
 	defer b.Close()
 	res := make([]result, len(ops))
 	for i, o := range ops {
+		bw := &batchWriter{s: s, b: b, now: now, next: next}
 		if o.fn != nil {
-			o.fn(b)
+			res[i].err = o.fn(b, bw)
 			continue
 		}
-		res[i].d, res[i].err = s.applyOne(b, o.req, now, next)
+		res[i].d, res[i].err = s.applyOne(b, o.req, bw)
 	}
 	err := b.Commit(pebble.Sync)
 	s.mu.Lock()
@@ -324,7 +330,24 @@ func exists(r pebble.Reader, key []byte) (bool, error) {
 	return true, nil
 }
 
-func (s *Store) applyOne(b *pebble.Batch, req edge.Request, now int64, next []uint64) (edge.Decision, error) {
+// batchWriter appends log events to a group commit, assigning positions.
+type batchWriter struct {
+	s    *Store
+	b    *pebble.Batch
+	now  int64
+	next []uint64
+}
+
+func (w *batchWriter) appendEvent(ev edge.Event) edge.Event {
+	ev.Partition = edge.PartitionOf(ev.Item, ev.Bucket, w.s.opts.Partitions)
+	w.next[ev.Partition]++
+	ev.Pos = w.next[ev.Partition]
+	ev.EventTime = w.now
+	_ = w.b.Set(logKey(ev.Partition, ev.Pos), encodeEvent(ev), nil)
+	return ev
+}
+
+func (s *Store) applyOne(b *pebble.Batch, req edge.Request, w *batchWriter) (edge.Decision, error) {
 	ek := edgeKey(req.Item, req.User)
 	cur, _, err := getInto(b, ek, func(v []byte) (edge.Edge, error) { return decodeEdge(req.Item, req.User, v) })
 	if err != nil {
@@ -350,7 +373,11 @@ func (s *Store) applyOne(b *pebble.Batch, req edge.Request, now int64, next []ui
 	if r := d.Record(req); r != nil {
 		_ = b.Set(idemKey(req.User, req.IdemKey), encodeIdem(*r), nil)
 	}
+	logEv := d.LogEvent(req)
 	if d.Action != edge.ActWrite {
+		if logEv != nil { // a no-op's record, carried to peers
+			w.appendEvent(*logEv)
+		}
 		return d, nil
 	}
 	if d.Branch != nil {
@@ -363,12 +390,7 @@ func (s *Store) applyOne(b *pebble.Batch, req edge.Request, now int64, next []ui
 	}
 	_ = b.Set(ek, encodeEdge(d.Edge), nil)
 	_ = b.Set(userIdxKey(req.User, req.Item), nil, nil)
-	ev := *d.Event
-	ev.Partition = edge.PartitionOf(ev.Item, ev.Bucket, s.opts.Partitions)
-	next[ev.Partition]++
-	ev.Pos = next[ev.Partition]
-	ev.EventTime = now
-	_ = b.Set(logKey(ev.Partition, ev.Pos), encodeEvent(ev), nil)
+	ev := w.appendEvent(*logEv)
 	d.Event = &ev
 	return d, nil
 }
@@ -397,7 +419,7 @@ func (s *Store) Likers(_ context.Context, item, cursor string, limit int) ([]str
 	start := prefix
 	if cursor != "" {
 		c, err := base64.RawURLEncoding.DecodeString(cursor)
-		if err != nil || len(c) < 2 || c[0] >= edge.Buckets || bytes.IndexByte(c, sep) >= 0 {
+		if err != nil || len(c) < 2 || c[0] >= edge.Buckets || bytes.IndexByte(c[1:], sep) >= 0 {
 			return nil, "", ErrBadCursor
 		}
 		start = append(append(append([]byte(nil), prefix...), c...), sep)
@@ -445,25 +467,29 @@ func (s *Store) UserItems(_ context.Context, user, after string, limit int) ([]s
 
 // PurgeUser implements edge.Store.
 func (s *Store) PurgeUser(ctx context.Context, user string) error {
-	_, err := s.submit(ctx, &op{fn: func(b *pebble.Batch) {
-		for _, p := range [][]byte{idemPrefix(user), userIdxPrefix(user)} {
-			_ = b.DeleteRange(p, prefixEnd(p), nil)
-		}
+	_, err := s.submit(ctx, &op{fn: func(b *pebble.Batch, w *batchWriter) error {
+		purgeUser(b, user)
+		w.appendEvent(edge.Event{User: user, Bucket: edge.BucketOf(user), Kind: edge.KindPurge})
+		return nil
 	}})
 	return err
 }
 
 // PutErasure implements edge.JobStore, ordered with Apply.
 func (s *Store) PutErasure(ctx context.Context, j edge.ErasureJob) error {
-	v, err := json.Marshal(struct {
-		edge.ErasureJob
-		Cursor string `json:"cursor"`
-	}{j, j.Cursor})
+	v, err := encodeJob(j)
 	if err != nil {
 		return err
 	}
-	_, err = s.submit(ctx, &op{fn: func(b *pebble.Batch) { _ = b.Set(erasureKey(j.User), v, nil) }})
+	_, err = s.submit(ctx, &op{fn: func(b *pebble.Batch, _ *batchWriter) error { return b.Set(erasureKey(j.User), v, nil) }})
 	return err
+}
+
+func encodeJob(j edge.ErasureJob) ([]byte, error) {
+	return json.Marshal(struct {
+		edge.ErasureJob
+		Cursor string `json:"cursor"`
+	}{j, j.Cursor})
 }
 
 func decodeJob(v []byte) (edge.ErasureJob, error) {
@@ -592,11 +618,19 @@ func (s *Store) Commit(_ context.Context, w pipeline.Window) error {
 		}
 		_ = b.Set(k, encodeCell(u.Cell), nil)
 	}
+	for _, u := range w.Cells {
+		s.cellSeq++
+		_ = b.Set(outboxKey(s.cellSeq), cellKey(u.Key), nil)
+	}
 	for k, a := range w.Dedupe {
 		_ = b.Set(dedupeKey(k.Item, k.User), encodeApplied(a), nil)
 	}
 	_ = b.Set(posKey(w.Partition), encodePos(w.Through, w.Watermark), nil)
-	return b.Commit(pebble.NoSync)
+	if err := b.Commit(pebble.NoSync); err != nil {
+		s.cellSeq -= uint64(len(w.Cells))
+		return err
+	}
+	return nil
 }
 
 // Count implements pipeline.CountStore.
@@ -619,19 +653,27 @@ func (s *Store) Count(_ context.Context, item string) (int64, error) {
 }
 
 // Watermarks implements pipeline.CountStore: this region's watermark is the min
-// over its partitions (a partition never committed counts as 0).
+// over its partitions (a partition never committed counts as 0); peers'
+// watermarks are the latest shipped with their cells.
 func (s *Store) Watermarks(ctx context.Context) (crdt.Watermarks, error) {
-	min := int64(-1)
-	for p := 0; p < s.opts.Partitions; p++ {
-		_, wm, err := s.Position(ctx, uint32(p))
-		if err != nil {
-			return nil, err
-		}
-		if min < 0 || wm < min {
-			min = wm
-		}
+	min, err := s.OwnWatermark(ctx)
+	if err != nil {
+		return nil, err
 	}
-	return crdt.Watermarks{s.opts.Region: min}, nil
+	wms := crdt.Watermarks{s.opts.Region: min}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{'w'}, UpperBound: []byte{'x'}})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		v, n := binary.Varint(it.Value())
+		if n <= 0 {
+			return nil, wrapCorrupt("watermark", it.Key(), errCorrupt)
+		}
+		wms[string(it.Key()[1:])] = v
+	}
+	return wms, it.Error()
 }
 
 type quietLogger struct{}

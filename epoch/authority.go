@@ -1,0 +1,262 @@
+package epoch
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"likes/clock"
+	"likes/edge"
+)
+
+// AuthorityConfig configures an Authority.
+type AuthorityConfig struct {
+	Config
+	// Self is this region's name (required).
+	Self string
+	// Freshness is this region's lease proof, normally its *KeepAlive (required).
+	Freshness Freshness
+	// Clock is compared with notBefore and the proofs (default clock.Real).
+	Clock clock.Clock
+	// SyncInterval is how often the whole pin table is re-read linearizably
+	// to confirm it is current (default TTL/4, at most (TTL − Margin)/2).
+	SyncInterval time.Duration
+}
+
+// pinEntry is one range's last known state; modRev orders updates from the
+// watch and from re-reads, deleted keeps a tombstone so an older read cannot
+// resurrect a deleted pin.
+type pinEntry struct {
+	pin     Pin
+	modRev  int64
+	deleted bool
+}
+
+// Authority implements edge.Authority for one region from an in-memory pin
+// table kept current by an etcd watch, plus periodic linearizable re-reads
+// that prove the table current (the watch alone cannot prove it missed
+// nothing). Authorize applies Decide with the older of the lease proof and
+// the table proof.
+type Authority struct {
+	cli    *clientv3.Client
+	cfg    AuthorityConfig
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu       sync.RWMutex
+	table    []pinEntry
+	synced   time.Time     // send time of the last successful full read
+	syncedCh chan struct{} // closed after the first successful full read
+
+	closeOnce sync.Once
+}
+
+var _ edge.Authority = (*Authority)(nil)
+
+// NewAuthority validates cfg and starts the watch loop. It returns at once;
+// until the first read succeeds every Authorize fails closed (see WaitSynced).
+func NewAuthority(cli *clientv3.Client, cfg AuthorityConfig) (*Authority, error) {
+	if cli == nil {
+		return nil, errors.New("epoch: NewAuthority needs a client")
+	}
+	var err error
+	if cfg.Config, err = cfg.Config.WithDefaults(); err != nil {
+		return nil, err
+	}
+	if err := validRegion(cfg.Self); err != nil {
+		return nil, err
+	}
+	if cfg.Freshness == nil {
+		return nil, errors.New("epoch: AuthorityConfig needs Freshness (the region's KeepAlive)")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.SyncInterval == 0 {
+		cfg.SyncInterval = cfg.TTL / 4
+	}
+	if limit := (cfg.TTL - cfg.Margin) / 2; cfg.SyncInterval <= 0 || cfg.SyncInterval > limit {
+		return nil, errors.New("epoch: SyncInterval must be in (0, (TTL-Margin)/2]")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &Authority{
+		cli: cli, cfg: cfg, cancel: cancel, done: make(chan struct{}),
+		table: make([]pinEntry, cfg.Ranges), syncedCh: make(chan struct{}),
+	}
+	go a.loop(ctx)
+	return a, nil
+}
+
+// Authorize implements edge.Authority: the epoch under which this region may
+// write user's edges now, or *NotOwnerError / *FailClosedError.
+func (a *Authority) Authorize(_ context.Context, user string) (uint64, error) {
+	rng := edge.RangeOf(user, a.cfg.Ranges)
+	a.mu.RLock()
+	pin, synced := a.pinLocked(rng), a.synced
+	a.mu.RUnlock()
+	proof := a.cfg.Freshness.LastKeepalive()
+	if synced.Before(proof) {
+		proof = synced
+	}
+	return Decide(pin, a.cfg.Self, a.cfg.Clock.Now(), proof, a.cfg.TTL, a.cfg.Margin)
+}
+
+func (a *Authority) pinLocked(rng uint32) Pin {
+	e := a.table[rng]
+	if e.deleted || e.modRev == 0 {
+		return Pin{Range: rng}
+	}
+	return e.pin
+}
+
+// Owner is the region pinned for user's range and its epoch, as last seen
+// ("" and 0 when unknown): where to forward a write this region refuses.
+func (a *Authority) Owner(user string) (region string, epoch uint64) {
+	rng := edge.RangeOf(user, a.cfg.Ranges)
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	p := a.pinLocked(rng)
+	return p.Region, p.Epoch
+}
+
+// Pins is a snapshot of the known pins, by range.
+func (a *Authority) Pins() []Pin {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	out := make([]Pin, 0, len(a.table))
+	for i := range a.table {
+		if p := a.pinLocked(uint32(i)); p.Region != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// WaitSynced waits for the first full read of the pins.
+func (a *Authority) WaitSynced(ctx context.Context) error {
+	select {
+	case <-a.syncedCh:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close stops the loop and waits for it. Idempotent. Afterwards Authorize
+// still answers, failing closed once the proofs age.
+func (a *Authority) Close() {
+	a.closeOnce.Do(func() {
+		a.cancel()
+		<-a.done
+	})
+}
+
+// loop: full read, then watch from the read's revision; re-read every
+// SyncInterval; on any watch failure, start over.
+func (a *Authority) loop(ctx context.Context) {
+	defer close(a.done)
+	tick := time.NewTicker(a.cfg.SyncInterval)
+	defer tick.Stop()
+	for ctx.Err() == nil {
+		rev, err := a.sync(ctx)
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-tick.C:
+			}
+			continue
+		}
+		a.watch(ctx, rev, tick.C)
+	}
+}
+
+// watch applies events until the watch fails or ctx ends; on each tick it
+// re-reads the table (a failed re-read leaves the proof to age).
+func (a *Authority) watch(ctx context.Context, rev int64, tick <-chan time.Time) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := a.cli.Watch(wctx, a.cfg.pinsPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+			if _, err := a.sync(ctx); err != nil {
+				return // etcd trouble: restart the watch too
+			}
+		case wr, ok := <-wch:
+			if !ok || wr.Canceled || wr.Err() != nil {
+				return
+			}
+			a.mu.Lock()
+			for _, ev := range wr.Events {
+				a.applyLocked(ev.Kv, ev.Type == mvccpb.DELETE)
+			}
+			a.mu.Unlock()
+		}
+	}
+}
+
+// sync reads every pin linearizably and merges them; on success the table is
+// proven current as of the read's send time.
+func (a *Authority) sync(ctx context.Context) (int64, error) {
+	sent := a.cfg.Clock.Now()
+	cctx, cancel := context.WithTimeout(ctx, a.cfg.SyncInterval)
+	defer cancel()
+	resp, err := a.cli.Get(cctx, a.cfg.pinsPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return 0, err
+	}
+	rev := resp.Header.Revision
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	seen := make([]bool, len(a.table))
+	for _, kv := range resp.Kvs {
+		if rng, ok := a.applyLocked(kv, false); ok {
+			seen[rng] = true
+		}
+	}
+	// Absent at rev: deleted, unless the watch already saw a later write.
+	for i := range a.table {
+		if e := &a.table[i]; !seen[i] && e.modRev != 0 && e.modRev <= rev && !e.deleted {
+			e.deleted, e.modRev = true, rev
+		}
+	}
+	if sent.After(a.synced) {
+		a.synced = sent
+	}
+	select {
+	case <-a.syncedCh:
+	default:
+		close(a.syncedCh)
+	}
+	return rev, nil
+}
+
+// applyLocked merges one key version if it is newer than what the table has.
+func (a *Authority) applyLocked(kv *mvccpb.KeyValue, deleted bool) (uint32, bool) {
+	rng, ok := a.cfg.parsePinKey(kv.Key)
+	if !ok {
+		return 0, false
+	}
+	e := &a.table[rng]
+	if kv.ModRevision <= e.modRev {
+		return rng, true
+	}
+	if deleted {
+		*e = pinEntry{modRev: kv.ModRevision, deleted: true}
+		return rng, true
+	}
+	p, err := decodePin(rng, kv.Value)
+	if err != nil {
+		// A corrupt pin fails closed: treat it as absent.
+		*e = pinEntry{modRev: kv.ModRevision, deleted: true}
+		return rng, true
+	}
+	*e = pinEntry{pin: p, modRev: kv.ModRevision}
+	return rng, true
+}

@@ -1,0 +1,25 @@
+package epoch_test
+
+import (
+	"testing"
+
+	"likes/epoch/epochtest"
+)
+
+// TestContractEmbedded runs the contract suite against an embedded etcd.
+func TestContractEmbedded(t *testing.T) {
+	e := epochtest.StartEmbedded(t)
+	clients := epochtest.Clients(e.Endpoints())
+	t.Run("Directory", func(t *testing.T) { epochtest.RunDirectory(t, clients) })
+	t.Run("Authority", func(t *testing.T) { epochtest.RunAuthority(t, clients) })
+	t.Run("Controller", func(t *testing.T) { epochtest.RunController(t, clients) })
+}
+
+// TestContractExternal runs the same suite against the etcd named by
+// LIKES_TEST_ETCD_ENDPOINTS, and skips when it is unset.
+func TestContractExternal(t *testing.T) {
+	clients := epochtest.Clients(epochtest.EndpointsFromEnv(t))
+	t.Run("Directory", func(t *testing.T) { epochtest.RunDirectory(t, clients) })
+	t.Run("Authority", func(t *testing.T) { epochtest.RunAuthority(t, clients) })
+	t.Run("Controller", func(t *testing.T) { epochtest.RunController(t, clients) })
+}

@@ -1,0 +1,291 @@
+package epoch
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"likes/clock"
+)
+
+// ControllerConfig configures automatic failover.
+type ControllerConfig struct {
+	Config
+	// Name identifies this candidate in the election (required).
+	Name string
+	// Preference orders the regions: a dead region's ranges go to the next
+	// live region after it in this list, wrapping around (a dead region not in
+	// the list starts from the top). When no listed region is live, the first
+	// live region by name is used.
+	Preference []string
+	// Grace is how long a region that owns ranges but was never seen alive by
+	// this leader may stay absent before it is treated as dead (default 2·TTL).
+	// A region whose key is seen to disappear is dead at once: its lease has
+	// expired or was revoked.
+	Grace time.Duration
+	// Resync is the period of a full reconciliation besides watch events
+	// (default TTL).
+	Resync time.Duration
+	// Clock stamps notBefore (default clock.Real). Scheduling is real time.
+	Clock clock.Clock
+}
+
+// Controller runs automatic failover: it campaigns for leadership through an
+// etcd election; the leader watches the region keys and moves each range of a
+// dead region to the next live region (ControllerConfig.Preference), each by
+// Directory.Move with notBefore = now + TTL + MaxSkew.
+type Controller struct {
+	cli    *clientv3.Client
+	dir    *Directory
+	cfg    ControllerConfig
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu      sync.Mutex
+	leading bool
+	moves   int
+
+	closeOnce sync.Once
+}
+
+// StartController validates cfg and starts campaigning.
+func StartController(cli *clientv3.Client, cfg ControllerConfig) (*Controller, error) {
+	if cli == nil {
+		return nil, errors.New("epoch: StartController needs a client")
+	}
+	var err error
+	if cfg.Config, err = cfg.Config.WithDefaults(); err != nil {
+		return nil, err
+	}
+	if cfg.Name == "" {
+		return nil, errors.New("epoch: ControllerConfig needs Name")
+	}
+	for _, r := range cfg.Preference {
+		if err := validRegion(r); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Grace == 0 {
+		cfg.Grace = 2 * cfg.TTL
+	}
+	if cfg.Resync == 0 {
+		cfg.Resync = cfg.TTL
+	}
+	if cfg.Grace < 0 || cfg.Resync < 0 {
+		return nil, errors.New("epoch: Grace and Resync must not be negative")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	dir, err := NewDirectory(cli, cfg.Config)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Controller{cli: cli, dir: dir, cfg: cfg, cancel: cancel, done: make(chan struct{})}
+	go c.loop(ctx)
+	return c, nil
+}
+
+// Leading reports whether this controller is the elected leader now.
+func (c *Controller) Leading() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.leading
+}
+
+// Moves is how many ranges this controller has moved.
+func (c *Controller) Moves() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.moves
+}
+
+// Close stops campaigning or leading (resigning, so another candidate takes
+// over at once) and waits for the loop. Idempotent.
+func (c *Controller) Close() {
+	c.closeOnce.Do(func() {
+		c.cancel()
+		<-c.done
+	})
+}
+
+func (c *Controller) setLeading(v bool) {
+	c.mu.Lock()
+	c.leading = v
+	c.mu.Unlock()
+}
+
+// sleep waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func (c *Controller) loop(ctx context.Context) {
+	defer close(c.done)
+	backoff := c.cfg.TTL / 4
+	for ctx.Err() == nil {
+		// The session must outlive ctx so Close can still resign and revoke.
+		sess, err := concurrency.NewSession(c.cli,
+			concurrency.WithTTL(int(c.cfg.ttlSeconds())), concurrency.WithContext(context.Background()))
+		if err != nil {
+			sleepCtx(ctx, backoff)
+			continue
+		}
+		el := concurrency.NewElection(sess, c.cfg.electionPrefix())
+		if err := el.Campaign(ctx, c.cfg.Name); err != nil {
+			c.closeSession(sess, nil)
+			sleepCtx(ctx, backoff)
+			continue
+		}
+		c.setLeading(true)
+		lctx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-sess.Done(): // lost the session lease: stop leading
+				cancel()
+			case <-lctx.Done():
+			}
+		}()
+		c.lead(lctx)
+		cancel()
+		c.setLeading(false)
+		c.closeSession(sess, el)
+	}
+}
+
+func (c *Controller) closeSession(sess *concurrency.Session, el *concurrency.Election) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.TTL)
+	defer cancel()
+	if el != nil {
+		_ = el.Resign(ctx)
+	}
+	_ = sess.Close()
+}
+
+// lead runs while this controller is the leader.
+func (c *Controller) lead(ctx context.Context) {
+	tick := time.NewTicker(c.cfg.Resync)
+	defer tick.Stop()
+	for ctx.Err() == nil {
+		resp, err := c.cli.Get(ctx, c.cfg.regionsPrefix(), clientv3.WithPrefix())
+		if err != nil {
+			sleepCtx(ctx, c.cfg.TTL/4)
+			continue
+		}
+		live := map[string]bool{}
+		for _, kv := range resp.Kvs {
+			live[c.regionName(kv)] = true
+		}
+		// Regions never seen alive get Grace; disappearances count at once.
+		absent := map[string]time.Time{}
+		start := time.Now()
+		c.reconcile(ctx, live, absent, start)
+
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		wch := c.cli.Watch(wctx, c.cfg.regionsPrefix(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+	watching:
+		for {
+			select {
+			case <-ctx.Done():
+				break watching
+			case <-tick.C:
+				c.reconcile(ctx, live, absent, start)
+			case wr, ok := <-wch:
+				if !ok || wr.Canceled || wr.Err() != nil {
+					break watching
+				}
+				for _, ev := range wr.Events {
+					name := c.regionName(ev.Kv)
+					if ev.Type == mvccpb.DELETE {
+						delete(live, name)
+						absent[name] = time.Time{} // dead now
+					} else {
+						live[name] = true
+						delete(absent, name)
+					}
+				}
+				c.reconcile(ctx, live, absent, start)
+			}
+		}
+		cancel()
+	}
+}
+
+// regionName is the region of a lease key (delete events carry no value).
+func (c *Controller) regionName(kv *mvccpb.KeyValue) string {
+	return strings.TrimPrefix(string(kv.Key), c.cfg.regionsPrefix())
+}
+
+// reconcile moves every range whose region is dead. absent maps a region to
+// when it was first found missing (zero: seen to disappear, dead at once).
+func (c *Controller) reconcile(ctx context.Context, live map[string]bool, absent map[string]time.Time, start time.Time) {
+	pins, err := c.dir.Pins(ctx)
+	if err != nil {
+		return // next event or tick retries
+	}
+	now := time.Now()
+	for _, p := range pins {
+		if live[p.Region] {
+			continue
+		}
+		since, known := absent[p.Region]
+		if !known {
+			since = start
+			absent[p.Region] = since
+		}
+		if !since.IsZero() && now.Sub(since) < c.cfg.Grace {
+			continue
+		}
+		to := c.next(p.Region, live)
+		if to == "" {
+			continue // nobody to take it; retried when a region appears
+		}
+		if _, err := c.dir.Move(ctx, p.Range, p.Epoch, to, c.cfg.NotBefore(c.cfg.Clock.Now())); err == nil {
+			c.mu.Lock()
+			c.moves++
+			c.mu.Unlock()
+		}
+	}
+}
+
+// next is the live region after dead in the preference order.
+func (c *Controller) next(dead string, live map[string]bool) string {
+	pref := c.cfg.Preference
+	at := -1
+	for i, r := range pref {
+		if r == dead {
+			at = i
+			break
+		}
+	}
+	for i := 1; i <= len(pref); i++ {
+		r := pref[(at+i+len(pref))%len(pref)]
+		if r != dead && live[r] {
+			return r
+		}
+	}
+	var names []string
+	for r, ok := range live {
+		if ok && r != dead {
+			names = append(names, r)
+		}
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		return ""
+	}
+	return names[0]
+}

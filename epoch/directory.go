@@ -1,0 +1,319 @@
+package epoch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// ErrEpochChanged is returned by Move when the pin is no longer at the
+// expected epoch (another move won the race). Re-read the pin and decide again.
+var ErrEpochChanged = errors.New("epoch: pin epoch changed")
+
+// ErrNoPin is returned for a range that has no pin (Init not run).
+var ErrNoPin = errors.New("epoch: no pin for range")
+
+// initBatch is how many pins one Init transaction creates (etcd's default
+// limit is 128 operations per transaction side).
+const initBatch = 64
+
+// pinValue is the JSON stored at a pin key.
+type pinValue struct {
+	Region      string `json:"region"`
+	Epoch       uint64 `json:"epoch"`
+	NotBeforeMs int64  `json:"notBeforeMs"`
+}
+
+func encodePin(p Pin) string {
+	v := pinValue{Region: p.Region, Epoch: p.Epoch}
+	if !p.NotBefore.IsZero() {
+		v.NotBeforeMs = p.NotBefore.UnixMilli()
+	}
+	b, _ := json.Marshal(v) // cannot fail: plain struct
+	return string(b)
+}
+
+func decodePin(rng uint32, b []byte) (Pin, error) {
+	var v pinValue
+	if err := json.Unmarshal(b, &v); err != nil {
+		return Pin{}, fmt.Errorf("epoch: pin %d: %w", rng, err)
+	}
+	if v.Region == "" || v.Epoch == 0 {
+		return Pin{}, fmt.Errorf("epoch: pin %d: incomplete value %s", rng, b)
+	}
+	p := Pin{Range: rng, Region: v.Region, Epoch: v.Epoch}
+	if v.NotBeforeMs != 0 {
+		p.NotBefore = time.UnixMilli(v.NotBeforeMs)
+	}
+	return p, nil
+}
+
+// parsePinKey returns the range of a key under the pins prefix.
+func (c Config) parsePinKey(key []byte) (uint32, bool) {
+	s, ok := strings.CutPrefix(string(key), c.pinsPrefix())
+	if !ok || len(s) != 5 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err != nil || n >= uint64(c.Ranges) {
+		return 0, false
+	}
+	return uint32(n), true
+}
+
+// RegionInfo is a live region's registration, the value of its lease key.
+type RegionInfo struct {
+	Name string `json:"name"`
+	HTTP string `json:"http,omitempty"`
+	GRPC string `json:"grpc,omitempty"`
+}
+
+// validRegion rejects names that cannot be one key segment.
+func validRegion(name string) error {
+	if name == "" || strings.ContainsAny(name, "/ \t\n") || len(name) > 128 {
+		return fmt.Errorf("epoch: invalid region name %q", name)
+	}
+	return nil
+}
+
+// Directory reads and writes pins and region registrations in etcd. It holds
+// no state of its own and is safe for concurrent use.
+type Directory struct {
+	cli *clientv3.Client
+	cfg Config
+}
+
+// NewDirectory validates cfg (filling defaults) and wraps cli.
+func NewDirectory(cli *clientv3.Client, cfg Config) (*Directory, error) {
+	if cli == nil {
+		return nil, errors.New("epoch: NewDirectory needs a client")
+	}
+	cfg, err := cfg.WithDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Directory{cli: cli, cfg: cfg}, nil
+}
+
+// Config is the directory's validated configuration.
+func (d *Directory) Config() Config { return d.cfg }
+
+// Init creates the pins of a new cluster: range i → regions[i % len(regions)]
+// at epoch 1, each only if absent, so Init is idempotent and never lowers an
+// epoch or undoes a move. ranges must equal Config.Ranges; it is recorded on
+// first use and a later Init with another value fails.
+func (d *Directory) Init(ctx context.Context, ranges int, regions []string) error {
+	if ranges != d.cfg.Ranges {
+		return fmt.Errorf("epoch: Init with %d ranges, directory configured for %d", ranges, d.cfg.Ranges)
+	}
+	if len(regions) == 0 {
+		return errors.New("epoch: Init needs at least one region")
+	}
+	for _, r := range regions {
+		if err := validRegion(r); err != nil {
+			return err
+		}
+	}
+	want := strconv.Itoa(ranges)
+	mk := d.cfg.rangesKey()
+	resp, err := d.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(mk), "=", 0)).
+		Then(clientv3.OpPut(mk, want)).
+		Else(clientv3.OpGet(mk)).Commit()
+	if err != nil {
+		return fmt.Errorf("epoch: init: %w", err)
+	}
+	if !resp.Succeeded {
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 1 && string(kvs[0].Value) != want {
+			return fmt.Errorf("epoch: cluster was created with %s ranges, not %d", kvs[0].Value, ranges)
+		}
+	}
+	for lo := 0; lo < ranges; lo += initBatch {
+		hi := min(lo+initBatch, ranges)
+		if err := d.initBatch(ctx, lo, hi, regions); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// initBatch creates the absent pins of ranges [lo, hi) in one transaction:
+// it reads which exist, then creates the others guarded by "still absent";
+// on a lost race it reads again.
+func (d *Directory) initBatch(ctx context.Context, lo, hi int, regions []string) error {
+	for {
+		resp, err := d.cli.Get(ctx, d.cfg.pinKey(uint32(lo)),
+			clientv3.WithRange(d.cfg.pinKey(uint32(hi))), clientv3.WithKeysOnly())
+		if err != nil {
+			return fmt.Errorf("epoch: init: %w", err)
+		}
+		have := make(map[string]bool, len(resp.Kvs))
+		for _, kv := range resp.Kvs {
+			have[string(kv.Key)] = true
+		}
+		var cmps []clientv3.Cmp
+		var puts []clientv3.Op
+		for i := lo; i < hi; i++ {
+			k := d.cfg.pinKey(uint32(i))
+			if have[k] {
+				continue
+			}
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(k), "=", 0))
+			puts = append(puts, clientv3.OpPut(k, encodePin(Pin{Region: regions[i%len(regions)], Epoch: 1})))
+		}
+		if len(puts) == 0 {
+			return nil
+		}
+		tr, err := d.cli.Txn(ctx).If(cmps...).Then(puts...).Commit()
+		if err != nil {
+			return fmt.Errorf("epoch: init: %w", err)
+		}
+		if tr.Succeeded {
+			return nil
+		}
+	}
+}
+
+// Pins lists every pin, by range.
+func (d *Directory) Pins(ctx context.Context) ([]Pin, error) {
+	pins, _, err := d.pins(ctx)
+	return pins, err
+}
+
+// pins also returns the read's revision.
+func (d *Directory) pins(ctx context.Context) ([]Pin, int64, error) {
+	resp, err := d.cli.Get(ctx, d.cfg.pinsPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, 0, fmt.Errorf("epoch: read pins: %w", err)
+	}
+	pins := make([]Pin, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		rng, ok := d.cfg.parsePinKey(kv.Key)
+		if !ok {
+			continue
+		}
+		p, err := decodePin(rng, kv.Value)
+		if err != nil {
+			return nil, 0, err
+		}
+		pins = append(pins, p)
+	}
+	sort.Slice(pins, func(i, j int) bool { return pins[i].Range < pins[j].Range })
+	return pins, resp.Header.Revision, nil
+}
+
+// Pin reads one range's pin (ErrNoPin if absent).
+func (d *Directory) Pin(ctx context.Context, rng uint32) (Pin, error) {
+	if int(rng) >= d.cfg.Ranges {
+		return Pin{}, fmt.Errorf("epoch: range %d out of [0, %d)", rng, d.cfg.Ranges)
+	}
+	resp, err := d.cli.Get(ctx, d.cfg.pinKey(rng))
+	if err != nil {
+		return Pin{}, fmt.Errorf("epoch: read pin %d: %w", rng, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Pin{}, fmt.Errorf("%w %d", ErrNoPin, rng)
+	}
+	return decodePin(rng, resp.Kvs[0].Value)
+}
+
+// Move pins range rng to region to at epoch expectEpoch+1 with the given
+// notBefore (normally Config.NotBefore(now)), in one etcd transaction that
+// only applies if the stored pin is the one read at expectEpoch (compared by
+// its mod revision, which pins the exact value and so its epoch). It returns
+// the new pin, or an error wrapping ErrEpochChanged when the stored epoch is
+// not expectEpoch (another move won).
+func (d *Directory) Move(ctx context.Context, rng uint32, expectEpoch uint64, to string, notBefore time.Time) (Pin, error) {
+	if err := validRegion(to); err != nil {
+		return Pin{}, err
+	}
+	if int(rng) >= d.cfg.Ranges {
+		return Pin{}, fmt.Errorf("epoch: range %d out of [0, %d)", rng, d.cfg.Ranges)
+	}
+	key := d.cfg.pinKey(rng)
+	resp, err := d.cli.Get(ctx, key)
+	if err != nil {
+		return Pin{}, fmt.Errorf("epoch: move range %d: %w", rng, err)
+	}
+	for {
+		if len(resp.Kvs) == 0 {
+			return Pin{}, fmt.Errorf("%w %d", ErrNoPin, rng)
+		}
+		kv := resp.Kvs[0]
+		cur, err := decodePin(rng, kv.Value)
+		if err != nil {
+			return Pin{}, err
+		}
+		if cur.Epoch != expectEpoch {
+			return cur, fmt.Errorf("%w: range %d is at epoch %d (region %q), expected %d",
+				ErrEpochChanged, rng, cur.Epoch, cur.Region, expectEpoch)
+		}
+		next := Pin{Range: rng, Region: to, Epoch: expectEpoch + 1, NotBefore: notBefore}
+		tr, err := d.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
+			Then(clientv3.OpPut(key, encodePin(next))).
+			Else(clientv3.OpGet(key)).Commit()
+		if err != nil {
+			return Pin{}, fmt.Errorf("epoch: move range %d: %w", rng, err)
+		}
+		if tr.Succeeded {
+			return decodePin(rng, []byte(encodePin(next))) // normalised to ms, as stored
+		}
+		// Lost a race: judge the value that won.
+		resp = (*clientv3.GetResponse)(tr.Responses[0].GetResponseRange())
+	}
+}
+
+// Drain moves every range pinned to from over to to, each by its own Move at
+// notBefore. A range moved concurrently by someone else is re-read and skipped
+// if it left from. It returns the pins it moved.
+func (d *Directory) Drain(ctx context.Context, from, to string, notBefore time.Time) ([]Pin, error) {
+	if from == to {
+		return nil, fmt.Errorf("epoch: drain from %q to itself", from)
+	}
+	pins, err := d.Pins(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var moved []Pin
+	for _, p := range pins {
+		for p.Region == from {
+			np, err := d.Move(ctx, p.Range, p.Epoch, to, notBefore)
+			if err == nil {
+				moved = append(moved, np)
+				break
+			}
+			if !errors.Is(err, ErrEpochChanged) {
+				return moved, err
+			}
+			p = np // the current pin; loop if still on from
+		}
+	}
+	return moved, nil
+}
+
+// Regions lists the live regions: those whose lease key exists.
+func (d *Directory) Regions(ctx context.Context) ([]RegionInfo, error) {
+	resp, err := d.cli.Get(ctx, d.cfg.regionsPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("epoch: read regions: %w", err)
+	}
+	out := make([]RegionInfo, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		var ri RegionInfo
+		if err := json.Unmarshal(kv.Value, &ri); err != nil {
+			return nil, fmt.Errorf("epoch: region %s: %w", kv.Key, err)
+		}
+		out = append(out, ri)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}

@@ -1,0 +1,46 @@
+// Package epoch holds write authority: per-user-range pins with epochs, region
+// leases, and automatic failover, all kept in etcd (DESIGN section 5).
+//
+// # Model
+//
+// The user space is cut into R ranges (edge.RangeOf, R fixed at cluster
+// creation, default 256). Each range has one Pin {region, epoch, notBefore}
+// stored as JSON under <prefix>pins/<range, 5 digits>. Each live region keeps
+// an etcd lease alive and holds <prefix>regions/<name> bound to it, so the key
+// disappears when the region stops keeping the lease alive (crash, partition
+// from etcd, or a Close that revokes the lease).
+//
+// # Invariants
+//
+//   - Fail closed. A node writes the edges of range g only if pin(g).region is
+//     its own region, pin(g).notBefore has passed on its clock, and its proof
+//     of authority is younger than TTL − margin. The proof time is the older of
+//     (a) the send time of its last successful lease keepalive and (b) the time
+//     its pin table was last confirmed current by a linearizable read of every
+//     pin. Anything else (unknown pin, no keepalive yet, etcd unreachable)
+//     refuses with edge.ErrFailClosed or edge.ErrNotOwner. Decide is that rule,
+//     as a pure function.
+//   - A move is one etcd transaction: if the pin is still the version that was
+//     read (so its epoch is the expected one), write {to, epoch+1, notBefore}.
+//     Concurrent moves of the same range from the same epoch: exactly one wins,
+//     the others get ErrEpochChanged. Epochs only grow; Init never overwrites.
+//   - notBefore = now + TTL + max clock skew. The old owner stops on the watch
+//     event, or at the latest when its proof ages past TTL − margin, which was
+//     before the move plus TTL; the new owner starts at notBefore. So every
+//     old-epoch write precedes every new-epoch write, provided clock skew
+//     between regions stays below MaxSkew (an assumption, not a check).
+//   - The Controller moves ranges only while it is the elected leader, and only
+//     through Move, so a stale leader can at worst cause an extra epoch bump,
+//     never two owners of one epoch.
+//
+// # Concurrency
+//
+// Decide is pure. Directory is a stateless wrapper over a clientv3.Client and
+// safe for concurrent use. KeepAlive, Authority and Controller each run one
+// goroutine loop started by their constructor; their methods are safe for
+// concurrent use, and Close is idempotent and returns only after the loop has
+// stopped. None of them closes the etcd client they were given. Loops are
+// scheduled in real time (the etcd lease expires in real time); the recorded
+// and compared timestamps come from the injected clock.Clock, so tests can age
+// a proof with clock.Fake.
+package epoch

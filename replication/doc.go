@@ -1,0 +1,68 @@
+// Package replication joins regions (DESIGN section 5, "Replication"): each
+// region ships to every peer its own committed log events and its own cells,
+// over gRPC, and finds its peers through hashicorp/memberlist gossip.
+//
+// Roles:
+//
+//   - Shipper (sending side): one goroutine loop per peer, reading a Source
+//     (this region's store) and pushing Batches through a Transport
+//     (GRPCTransport in production).
+//   - Server (receiving side): a hand-written gRPC service
+//     likes.replication.v1.Replication with unary Push(Batch) → Cursor and
+//     Digest(DigestRequest) → DigestResponse, applying pushes to a Sink (this
+//     region's store). Messages are Go structs encoded as JSON by a codec
+//     installed per connection (grpc.ForceCodecV2) and per server
+//     (ServerOptions → grpc.ForceServerCodecV2); nothing is registered globally.
+//   - Membership: gossip on a bind address; node metadata is
+//     {region, grpcAddr, httpAddr}; Peers lists one endpoint per other region
+//     and Changes signals when that may have changed. It is the Shipper's
+//     PeerSource.
+//
+// Invariants:
+//
+//   - Each region ships only what it is the single writer of: its own log
+//     events (flips, retractions, erasures, corrections, records, purges) and
+//     its own cells. Nothing is relayed, so the replication graph is a full
+//     mesh and no event is shipped by two regions.
+//   - Receivers apply idempotently and track cursors atomically with the apply
+//     (Sink.ApplyRemote records the partition cursor in the same write as the
+//     events; Sink.MergeCells records the cell cursor and watermark in the same
+//     write as the cells). Cells merge with crdt.MergeCell, so any cell state
+//     may be delivered any number of times in any order.
+//   - Senders resume from the receiver's cursor: the first push of every loop is
+//     an empty handshake that returns it, and every push returns it again. The
+//     sender adopts what it is told, even a cursor that went back (a receiver
+//     restored from an older snapshot): resending is harmless, skipping is not.
+//   - No gaps: every run carries the cursor it starts after (PartBatch.After,
+//     Batch.CellsAfter). A receiver whose cursor is below it applies nothing of
+//     that run (cells are still merged: states are always safe) and answers its
+//     cursor, from which the sender resends.
+//   - A watermark is shipped only together with every cell change through it:
+//     the sender reads its watermark FIRST, then the log, then the cell changes,
+//     and attaches the watermark only when the cell changes were read to the
+//     end (fewer than MaxCells). The receiver records it only when the batch
+//     continues its cell cursor. So "asOf" at a receiver never claims a cell
+//     state it has not got.
+//   - Anti-entropy repairs what the cursors cannot see (a receiver that lost
+//     cells): every AntiEntropy interval the sender digests its own cells into
+//     256 buckets (edge.Hash(item) % 256, a sum of per-cell hashes), the
+//     receiver digests its copy of the sender's cells and names the buckets
+//     that differ, and the sender pushes the full latest state of those
+//     buckets' cells without moving the cell cursor and without a watermark.
+//   - Partition counts must match: a push or digest from a region with another
+//     Partitions is refused with codes.FailedPrecondition. Protocol versions
+//     must match the same way.
+//
+// Errors: IsRetryable is the one classifier (Unavailable, DeadlineExceeded,
+// ResourceExhausted). The shipper backs off exponentially with jitter from
+// RetryMin to RetryMax on retryable and local errors, waits RetryMax at once on
+// the rest, and halves its batch limits on ResourceExhausted. Waits use the
+// injected clock's tickers.
+//
+// Concurrency: Shipper, Server, GRPCTransport and Membership are safe for
+// concurrent use. Every Shipper goroutine stops on Close, which is idempotent
+// and waits. The Server applies one sender's pushes one at a time (a retried
+// push cannot interleave with a slow original) and different senders
+// concurrently; the Sink must therefore be safe for concurrent use across
+// senders. The Source is read concurrently by every peer loop.
+package replication

@@ -1,0 +1,110 @@
+package replication
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+func newMember(t *testing.T, region string) *Membership {
+	t.Helper()
+	m, err := NewMembership(MembershipConfig{
+		Region:   region,
+		GRPCAddr: "127.0.0.1:" + fmt.Sprint(7000+len(region)),
+		HTTPAddr: "127.0.0.1:8080",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
+func regionsOf(ps []Peer) string {
+	s := ""
+	for _, p := range ps {
+		s += p.Region + ","
+	}
+	return s
+}
+
+// Three members on loopback find each other through one seed, see each
+// other's metadata, are told of changes, and see a member leave.
+func TestMembershipLoopback(t *testing.T) {
+	eu, us, ap := newMember(t, "eu"), newMember(t, "us"), newMember(t, "apac")
+	for _, m := range []*Membership{us, ap} {
+		if n, err := m.Join([]string{eu.Addr()}); err != nil || n != 1 {
+			t.Fatalf("join: n=%d err=%v", n, err)
+		}
+	}
+	want := map[*Membership]string{eu: "apac,us,", us: "apac,eu,", ap: "eu,us,"}
+	eventually(t, "all members see each other", 20*time.Second, nil, func() bool {
+		for m, w := range want {
+			if regionsOf(m.Peers()) != w {
+				return false
+			}
+		}
+		return true
+	})
+	for _, p := range eu.Peers() {
+		if p.Region == "us" && (p.GRPCAddr != us.Self().GRPCAddr || p.HTTPAddr != "127.0.0.1:8080") {
+			t.Fatalf("meta not carried: %+v", p)
+		}
+	}
+	if n := len(eu.Members()); n != 3 {
+		t.Fatalf("members = %d", n)
+	}
+	select {
+	case <-eu.Changes():
+	default:
+		t.Fatal("no change notification after joins")
+	}
+
+	if err := ap.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ap.Close(); err != nil { // idempotent
+		t.Fatal(err)
+	}
+	eventually(t, "leave seen", 20*time.Second, nil, func() bool {
+		return regionsOf(eu.Peers()) == "us," && regionsOf(us.Peers()) == "eu,"
+	})
+}
+
+// A Shipper follows a Membership as its PeerSource.
+func TestShipperFollowsMembership(t *testing.T) {
+	sink := newFakeSink(parts)
+	rcv := startReceiver(t, "", newServer(t, "us", parts, sink))
+	euM, err := NewMembership(MembershipConfig{Region: "eu", GRPCAddr: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = euM.Close() })
+	usM, err := NewMembership(MembershipConfig{Region: "us", GRPCAddr: rcv.addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = usM.Close() })
+
+	src := newFakeSource("eu", parts)
+	fill(src, 30, 5)
+	newShipper(t, ShipperConfig{Region: "eu", Source: src, Transport: newTransport(t), Peers: euM, PollInterval: 2 * time.Millisecond})
+	if _, err := usM.Join([]string{euM.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "shipped to the discovered peer", 20*time.Second, nil, converged(src, sink))
+}
+
+func TestMembershipConfigErrors(t *testing.T) {
+	for _, c := range []MembershipConfig{
+		{GRPCAddr: "x:1"},
+		{Region: "eu"},
+		{Region: "eu", GRPCAddr: "x:1", BindPort: 70000},
+		{Region: "eu", GRPCAddr: string(make([]byte, 600))},
+	} {
+		if m, err := NewMembership(c); err == nil {
+			_ = m.Close()
+			t.Errorf("NewMembership(%+v) accepted", c)
+		}
+	}
+}

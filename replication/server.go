@@ -1,0 +1,227 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// ServerConfig configures the receiving side.
+type ServerConfig struct {
+	// Region is this region's name; pushes claiming to come from it are refused.
+	// Required.
+	Region string
+	// Partitions is this region's log partition count; pushes from a region
+	// with another count are refused with codes.FailedPrecondition. Required (> 0).
+	Partitions int
+	// Sink applies what peers push. Required.
+	Sink Sink
+	// Logger receives refusals and store errors. Default: discard.
+	Logger *slog.Logger
+}
+
+func (c ServerConfig) withDefaults() (ServerConfig, error) {
+	switch {
+	case c.Region == "":
+		return c, errors.New("replication: ServerConfig.Region is required")
+	case c.Partitions <= 0:
+		return c, fmt.Errorf("replication: ServerConfig.Partitions must be > 0, got %d", c.Partitions)
+	case c.Sink == nil:
+		return c, errors.New("replication: ServerConfig.Sink is required")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
+// Server is the receiving side of replication: it applies peers' pushes to a
+// Sink and answers digests. Register it on a *grpc.Server built with
+// ServerOptions. Pushes from one sender are applied one at a time, in arrival
+// order; pushes from different senders run concurrently.
+type Server struct {
+	cfg ServerConfig
+
+	mu      sync.Mutex
+	senders map[string]chan struct{} // per-sender lock (a channel so waits honour ctx)
+}
+
+// NewServer validates cfg and returns a Server.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Server{cfg: cfg, senders: make(map[string]chan struct{})}, nil
+}
+
+// Register adds the Replication service to r (normally a *grpc.Server).
+func (s *Server) Register(r grpc.ServiceRegistrar) { r.RegisterService(&serviceDesc, s) }
+
+func (s *Server) lock(ctx context.Context, from string) (unlock func(), err error) {
+	s.mu.Lock()
+	ch, ok := s.senders[from]
+	if !ok {
+		ch = make(chan struct{}, 1)
+		s.senders[from] = ch
+	}
+	s.mu.Unlock()
+	select {
+	case ch <- struct{}{}:
+		return func() { <-ch }, nil
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+func (s *Server) checkPeer(from string, partitions int) error {
+	if from == "" {
+		return status.Error(codes.InvalidArgument, "replication: message has no sender region")
+	}
+	if from == s.cfg.Region {
+		return status.Errorf(codes.InvalidArgument, "replication: region %q received a push from itself (peer list includes self?)", from)
+	}
+	if partitions != s.cfg.Partitions {
+		return status.Errorf(codes.FailedPrecondition,
+			"replication: partition count mismatch: region %q has %d log partitions, region %q has %d; every region must be created with the same partition count",
+			from, partitions, s.cfg.Region, s.cfg.Partitions)
+	}
+	return nil
+}
+
+// Push applies one batch and returns what the Sink has applied from the sender
+// afterwards. An empty batch is the handshake: it changes nothing and returns
+// the cursor. Errors are gRPC statuses.
+func (s *Server) Push(ctx context.Context, b Batch) (Cursor, error) {
+	if err := s.checkPeer(b.From, b.Partitions); err != nil {
+		s.cfg.Logger.Warn("replication: push refused", "from", b.From, "err", err)
+		return Cursor{}, err
+	}
+	if err := validateBatch(b); err != nil {
+		s.cfg.Logger.Warn("replication: push refused", "from", b.From, "err", err)
+		return Cursor{}, err
+	}
+	unlock, err := s.lock(ctx, b.From)
+	if err != nil {
+		return Cursor{}, err
+	}
+	defer unlock()
+
+	sink := s.cfg.Sink
+	cur, err := sink.Cursor(ctx, b.From)
+	if err != nil {
+		return Cursor{}, sinkError(ctx, "cursor", err)
+	}
+	cur = normalize(cur, s.cfg.Partitions)
+	for _, pb := range b.Parts {
+		at := cur.Log[pb.Partition]
+		if pb.After > at || pb.Through <= at {
+			// A gap (the sender believes we are further than we are) or
+			// nothing new: apply nothing; the returned cursor corrects the sender.
+			continue
+		}
+		evs := pb.Events
+		for len(evs) > 0 && evs[0].Pos <= at {
+			evs = evs[1:]
+		}
+		if err := sink.ApplyRemote(ctx, b.From, pb.Partition, evs, pb.Through); err != nil {
+			return Cursor{}, sinkError(ctx, "apply remote events", err)
+		}
+	}
+	through, wm := cur.Cells, int64(0)
+	if b.CellsAfter <= cur.Cells {
+		through, wm = max(cur.Cells, b.CellsThrough), b.Watermark
+	}
+	if len(b.Cells) > 0 || through != cur.Cells || wm != 0 {
+		if err := sink.MergeCells(ctx, b.From, b.Cells, through, wm); err != nil {
+			return Cursor{}, sinkError(ctx, "merge cells", err)
+		}
+	}
+	out, err := sink.Cursor(ctx, b.From)
+	if err != nil {
+		return Cursor{}, sinkError(ctx, "cursor", err)
+	}
+	return normalize(out, s.cfg.Partitions), nil
+}
+
+// validateBatch checks the shape a correct sender always produces.
+func validateBatch(b Batch) error {
+	bad := func(format string, args ...any) error {
+		return status.Errorf(codes.InvalidArgument, "replication: invalid batch from %q: "+format, append([]any{b.From}, args...)...)
+	}
+	seen := make(map[uint32]bool, len(b.Parts))
+	for _, pb := range b.Parts {
+		if int(pb.Partition) >= b.Partitions {
+			return bad("partition %d out of range [0,%d)", pb.Partition, b.Partitions)
+		}
+		if seen[pb.Partition] {
+			return bad("partition %d appears twice", pb.Partition)
+		}
+		seen[pb.Partition] = true
+		if pb.Through < pb.After {
+			return bad("partition %d: through %d < after %d", pb.Partition, pb.Through, pb.After)
+		}
+		prev := pb.After
+		for _, ev := range pb.Events {
+			if ev.Partition != pb.Partition {
+				return bad("partition %d carries an event of partition %d", pb.Partition, ev.Partition)
+			}
+			if ev.Pos <= prev || ev.Pos > pb.Through {
+				return bad("partition %d: event position %d not in (%d, %d] or out of order", pb.Partition, ev.Pos, prev, pb.Through)
+			}
+			prev = ev.Pos
+		}
+	}
+	if b.CellsThrough < b.CellsAfter {
+		return bad("cells through %d < after %d", b.CellsThrough, b.CellsAfter)
+	}
+	for _, c := range b.Cells {
+		if c.Key.Region != b.From {
+			return bad("cell %v is not the sender's own (each region ships only its own cells)", c.Key)
+		}
+	}
+	return nil
+}
+
+// Digest compares the sender's per-bucket hashes with this region's copy of
+// the sender's cells and returns the buckets that differ.
+func (s *Server) Digest(ctx context.Context, req DigestRequest) (DigestResponse, error) {
+	if err := s.checkPeer(req.From, req.Partitions); err != nil {
+		return DigestResponse{}, err
+	}
+	if len(req.Buckets) != DigestBuckets {
+		return DigestResponse{}, status.Errorf(codes.InvalidArgument,
+			"replication: digest from %q has %d buckets, want %d", req.From, len(req.Buckets), DigestBuckets)
+	}
+	var local Digest
+	err := s.cfg.Sink.ScanCells(ctx, req.From, func(c CellState) error {
+		if c.Key.Region == req.From {
+			local.Add(c)
+		}
+		return nil
+	})
+	if err != nil {
+		return DigestResponse{}, sinkError(ctx, "scan cells", err)
+	}
+	var theirs Digest
+	copy(theirs[:], req.Buckets)
+	cur, err := s.cfg.Sink.Cursor(ctx, req.From)
+	if err != nil {
+		return DigestResponse{}, sinkError(ctx, "cursor", err)
+	}
+	return DigestResponse{Mismatched: theirs.Mismatched(&local), Cursor: normalize(cur, s.cfg.Partitions)}, nil
+}
+
+// normalize returns c with exactly n log positions (a Sink that has never
+// heard from a sender may answer an empty cursor). The result never aliases c.
+func normalize(c Cursor, n int) Cursor {
+	log := make([]uint64, n)
+	copy(log, c.Log)
+	return Cursor{Log: log, Cells: c.Cells}
+}

@@ -1,0 +1,266 @@
+package pebblestore
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"likes/crdt"
+	"likes/edge"
+	"likes/replication"
+)
+
+var (
+	_ replication.Source = (*Store)(nil)
+	_ replication.Sink   = (*Store)(nil)
+)
+
+func (s *Store) loadCellSeq() error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{'o'}, UpperBound: []byte{'p'}})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	if it.Last() {
+		s.cellSeq = binary.BigEndian.Uint64(it.Key()[1:])
+	}
+	return it.Error()
+}
+
+func purgeUser(b *pebble.Batch, user string) {
+	for _, p := range [][]byte{idemPrefix(user), userIdxPrefix(user)} {
+		_ = b.DeleteRange(p, prefixEnd(p), nil)
+	}
+}
+
+// OwnWatermark implements replication.Source: the min over this region's
+// partitions (a partition never committed counts as 0).
+func (s *Store) OwnWatermark(ctx context.Context) (int64, error) {
+	min := int64(-1)
+	for p := 0; p < s.opts.Partitions; p++ {
+		_, wm, err := s.Position(ctx, uint32(p))
+		if err != nil {
+			return 0, err
+		}
+		if min < 0 || wm < min {
+			min = wm
+		}
+	}
+	return min, nil
+}
+
+// CellChanges implements replication.Source.
+func (s *Store) CellChanges(_ context.Context, after uint64, limit int) ([]replication.CellState, uint64, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: outboxKey(after + 1), UpperBound: []byte{'p'}})
+	if err != nil {
+		return nil, after, err
+	}
+	defer it.Close()
+	through := after
+	seen := map[string]bool{}
+	var out []replication.CellState
+	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
+		through = binary.BigEndian.Uint64(it.Key()[1:])
+		ck := string(it.Value())
+		if seen[ck] {
+			continue
+		}
+		seen[ck] = true
+		key, ok := parseCellKey(it.Value())
+		if !ok {
+			return nil, after, wrapCorrupt("outbox", it.Key(), errCorrupt)
+		}
+		c, found, err := getInto(s.db, it.Value(), decodeCell)
+		if err != nil {
+			return nil, after, err
+		}
+		if found {
+			out = append(out, replication.CellState{Key: key, Cell: c})
+		}
+	}
+	return out, through, it.Error()
+}
+
+// ScanCells implements replication.Source and replication.Sink.
+func (s *Store) ScanCells(ctx context.Context, region string, fn func(replication.CellState) error) error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{'c'}, UpperBound: []byte{'d'}})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		key, ok := parseCellKey(it.Key())
+		if !ok {
+			return wrapCorrupt("cell key", it.Key(), errCorrupt)
+		}
+		if key.Region != region {
+			continue
+		}
+		c, err := decodeCell(it.Value())
+		if err != nil {
+			return wrapCorrupt("cell", it.Key(), err)
+		}
+		if err := fn(replication.CellState{Key: key, Cell: c}); err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	return it.Error()
+}
+
+// ApplyRemote implements replication.Sink. It runs in the writer loop, so it is
+// ordered with local writes, and commits the events' effects with the cursor.
+func (s *Store) ApplyRemote(ctx context.Context, from string, part uint32, evs []edge.Event, through uint64) error {
+	if from == s.opts.Region {
+		return fmt.Errorf("pebblestore: refusing to apply region %q's own events as remote", from)
+	}
+	if int(part) >= s.opts.Partitions {
+		return fmt.Errorf("pebblestore: partition %d out of range", part)
+	}
+	_, err := s.submit(ctx, &op{fn: func(b *pebble.Batch, w *batchWriter) error {
+		ck := remotePosKey(from, part)
+		cur, _, err := getInto(b, ck, func(v []byte) (uint64, error) {
+			d := dec{b: v}
+			return d.uvarint(), d.err
+		})
+		if err != nil {
+			return err
+		}
+		if through <= cur {
+			return nil // already applied
+		}
+		for _, ev := range evs {
+			if ev.Pos <= cur {
+				continue
+			}
+			if err := s.applyRemoteEvent(b, w, ev); err != nil {
+				return err
+			}
+		}
+		return b.Set(ck, binary.AppendUvarint(nil, through), nil)
+	}})
+	return err
+}
+
+func (s *Store) applyRemoteEvent(b *pebble.Batch, w *batchWriter, ev edge.Event) error {
+	switch ev.Kind {
+	case edge.KindCorrection:
+		return nil // the sender's own cells account for it
+	case edge.KindPurge:
+		purgeUser(b, ev.User)
+		if ok, err := exists(b, erasureKey(ev.User)); err != nil || ok {
+			return err
+		}
+		v, err := encodeJob(edge.ErasureJob{User: ev.User, State: edge.ErasureDone, FinishedAt: ev.EventTime})
+		if err != nil {
+			return err
+		}
+		return b.Set(erasureKey(ev.User), v, nil)
+	}
+	if ev.Idem != nil {
+		ik := idemKey(ev.User, ev.Idem.Key)
+		if ok, err := exists(b, ik); err != nil {
+			return err
+		} else if !ok {
+			_ = b.Set(ik, encodeIdem(ev.Idem.Record(ev.Item, ev.User)), nil)
+		}
+	}
+	ek := edgeKey(ev.Item, ev.User)
+	local, _, err := getInto(b, ek, func(v []byte) (edge.Edge, error) { return decodeEdge(ev.Item, ev.User, v) })
+	if err != nil {
+		return err
+	}
+	bk := branchKey(ev.Item, ev.User)
+	bs, _, err := getInto(b, bk, decodeBranches)
+	if err != nil {
+		return err
+	}
+	res := edge.ApplyRemote(local, bs, ev)
+	if res.EdgeChanged {
+		_ = b.Set(ek, encodeEdge(res.Edge), nil)
+		if res.Edge.State != crdt.Erased {
+			_ = b.Set(userIdxKey(ev.User, ev.Item), nil, nil)
+		}
+	}
+	if res.BranchesChanged {
+		_ = b.Set(bk, encodeBranches(res.Branches), nil)
+	}
+	if res.Correction != nil {
+		w.appendEvent(*res.Correction)
+	}
+	return nil
+}
+
+// MergeCells implements replication.Sink.
+func (s *Store) MergeCells(_ context.Context, from string, cells []replication.CellState, cellsThrough uint64, watermark int64) error {
+	if from == s.opts.Region {
+		return fmt.Errorf("pebblestore: refusing to merge region %q's own cells as remote", from)
+	}
+	s.cellMu.Lock()
+	defer s.cellMu.Unlock()
+	b := s.db.NewBatch()
+	defer b.Close()
+	for _, cs := range cells {
+		if cs.Key.Region == s.opts.Region {
+			return fmt.Errorf("pebblestore: peer %q shipped a cell of this region (%v)", from, cs.Key)
+		}
+		k := cellKey(cs.Key)
+		cur, _, err := getInto(s.db, k, decodeCell)
+		if err != nil {
+			return err
+		}
+		if m := crdt.MergeCell(cur, cs.Cell); m != cur {
+			_ = b.Set(k, encodeCell(m), nil)
+		}
+	}
+	rk := remoteCellKey(from)
+	prev, _, err := getInto(s.db, rk, func(v []byte) (uint64, error) {
+		d := dec{b: v}
+		return d.uvarint(), d.err
+	})
+	if err != nil {
+		return err
+	}
+	if cellsThrough > prev {
+		_ = b.Set(rk, binary.AppendUvarint(nil, cellsThrough), nil)
+	}
+	if watermark > 0 {
+		wk := remoteWMKey(from)
+		old, _, err := getInto(s.db, wk, func(v []byte) (int64, error) {
+			d := dec{b: v}
+			return d.varint(), d.err
+		})
+		if err != nil {
+			return err
+		}
+		if watermark > old {
+			_ = b.Set(wk, binary.AppendVarint(nil, watermark), nil)
+		}
+	}
+	return b.Commit(pebble.NoSync)
+}
+
+// Cursor implements replication.Sink.
+func (s *Store) Cursor(_ context.Context, from string) (replication.Cursor, error) {
+	c := replication.Cursor{Log: make([]uint64, s.opts.Partitions)}
+	for p := range c.Log {
+		v, _, err := getInto(s.db, remotePosKey(from, uint32(p)), func(v []byte) (uint64, error) {
+			d := dec{b: v}
+			return d.uvarint(), d.err
+		})
+		if err != nil {
+			return c, err
+		}
+		c.Log[p] = v
+	}
+	v, _, err := getInto(s.db, remoteCellKey(from), func(v []byte) (uint64, error) {
+		d := dec{b: v}
+		return d.uvarint(), d.err
+	})
+	c.Cells = v
+	return c, err
+}

@@ -97,6 +97,11 @@ func newKit(t *testing.T, o kitOptions) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = er.Close() })
+	aggs, err := pipeline.NewGroup(context.Background(), pipeline.Config{Region: "us", Log: st, Cells: st, Window: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = aggs.Close() })
 	var cs pipeline.CountStore = st
 	if o.countStore != nil {
 		cs = o.countStore(st)
@@ -189,12 +194,13 @@ func (e *env) try(c call) (resp, error) {
 
 func itemPath(item string) string { return "/v1/items/" + escape(item) }
 
-// escape percent-encodes a path segment, '/' included.
+// escape percent-encodes a path segment, '/' and '.' included (so that ids "."
+// and ".." are not dot segments).
 func escape(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-._~", c) >= 0 {
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '~' {
 			b.WriteByte(c)
 		} else {
 			fmt.Fprintf(&b, "%%%02X", c)

@@ -309,6 +309,24 @@ func sortKeys(ks []CellKey) {
 	})
 }
 
+// TestMergeAbsentIsBottom pins the two bugs the law tests found: merging into
+// a set or vector that lacks the key must copy the incoming value as is, even
+// when it is "below" the zero value (a zero cell with a negative watermark, a
+// watermark <= 0). Otherwise Merge(a, b) != Merge(b, a).
+func TestMergeAbsentIsBottom(t *testing.T) {
+	k := CellKey{Item: "i", Region: "eu"}
+	c := Cell{Watermark: -1}
+	if s := mergedSet(CellSet{}, CellSet{k: c}); s[k] != c {
+		t.Fatalf("CellSet: got %+v, want %+v", s[k], c)
+	}
+	for _, v := range []int64{0, -5} {
+		w := mergedWM(Watermarks{}, Watermarks{"eu": v})
+		if got, ok := w["eu"]; !ok || got != v {
+			t.Fatalf("Watermarks: merging eu=%d into {} gave %v", v, w)
+		}
+	}
+}
+
 // ---- Watermarks.Merge ----------------------------------------------------
 
 func TestWatermarksMergeLaws(t *testing.T) {

@@ -51,6 +51,8 @@ func FuzzMergeCell(f *testing.F) {
 	f.Add(uint8(3|16), uint64(1), uint64(2), uint64(3), uint64(m), uint64(4), uint64(5), uint64(6), uint64(0), uint64(7), uint64(8), uint64(9), uint64(1))
 	f.Add(uint8(32), uint64(m), uint64(m), uint64(m), uint64(m), uint64(0), uint64(0), uint64(0), uint64(0), uint64(m), uint64(0), uint64(m), uint64(1<<63))
 	f.Add(uint8(255), uint64(m), uint64(1), uint64(m-1), uint64(1<<63), uint64(0), uint64(m), uint64(3), uint64(1<<63-1), uint64(m), uint64(0), uint64(m), uint64(1<<63))
+	// A zero cell with a negative watermark ranks below the zero Cell.
+	f.Add(uint8(0), uint64(1), uint64(0), uint64(1), uint64(0), uint64(0), uint64(0), uint64(0), uint64(1<<63), uint64(0), uint64(0), uint64(0), uint64(m))
 	f.Fuzz(func(t *testing.T, ties uint8,
 		ap, an, ah, aw, bp, bn, bh, bw, cp, cn, ch, cw uint64) {
 		a := cellFrom(ap, an, ah, aw)

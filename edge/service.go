@@ -59,12 +59,32 @@ type Overlay interface {
 	Get(ctx context.Context, user, item string) (OverlayEntry, bool, error)
 }
 
+// Owned is implemented by ErrNotOwner errors that know the owner region.
+type Owned interface{ OwnerRegion() string }
+
+// ForwardResult is the owner's answer to a forwarded write, with the edge's
+// resulting register so the ingress region can write the session overlay.
+type ForwardResult struct {
+	Answer  Answer
+	State   crdt.State
+	Version crdt.Version
+}
+
+// Forwarder sends a write to the region that owns the user's range, with the
+// same idempotency key (the owner's record decides replays).
+type Forwarder interface {
+	Forward(ctx context.Context, owner string, req Request) (ForwardResult, error)
+}
+
 // ServiceConfig configures a Service.
 type ServiceConfig struct {
 	Store     Store
 	Authority Authority
 	Overlay   Overlay
 	Clock     clock.Clock
+	// Forwarder, when set, takes writes this region does not own (else they
+	// fail with ErrNotOwner).
+	Forwarder Forwarder
 	// IdemTTL is how long an idempotency record replays (default 24h).
 	IdemTTL time.Duration
 }
@@ -119,25 +139,40 @@ func (s *Service) Erase(ctx context.Context, item, user string) (Answer, error) 
 }
 
 func (s *Service) apply(ctx context.Context, req Request) (Answer, error) {
-	epoch, err := s.cfg.Authority.Authorize(ctx, req.User)
+	res, err := s.ApplyLocal(ctx, req)
+	var owned Owned
+	if err != nil && s.cfg.Forwarder != nil && errors.Is(err, ErrNotOwner) && errors.As(err, &owned) {
+		res, err = s.cfg.Forwarder.Forward(ctx, owned.OwnerRegion(), req)
+	}
 	if err != nil {
 		return Answer{}, err
+	}
+	// The overlay is a read-your-writes aid written by the ingress region;
+	// failing to write it loses nothing.
+	_ = s.cfg.Overlay.Put(ctx, req.User, req.Item, OverlayEntry{State: res.State, Version: res.Version})
+	return res.Answer, nil
+}
+
+// ApplyLocal performs req in this region without forwarding: the handler of
+// forwarded writes calls it, so a stale pin can never bounce a write around.
+func (s *Service) ApplyLocal(ctx context.Context, req Request) (ForwardResult, error) {
+	epoch, err := s.cfg.Authority.Authorize(ctx, req.User)
+	if err != nil {
+		return ForwardResult{}, err
 	}
 	req.Epoch = epoch
 	req.Now = s.cfg.Clock.Now().UnixMilli()
 	req.IdemTTLms = s.cfg.IdemTTL.Milliseconds()
 	d, err := s.cfg.Store.Apply(ctx, req)
 	if err != nil {
-		return Answer{}, err
+		return ForwardResult{}, err
 	}
 	if err := d.Err(); err != nil {
-		return Answer{}, err
+		return ForwardResult{}, err
 	}
-	if d.Action == ActWrite || d.Action == ActNoop {
-		// The overlay is a read-your-writes aid; failing to write it loses nothing.
-		_ = s.cfg.Overlay.Put(ctx, req.User, req.Item, OverlayEntry{State: d.Edge.State, Version: d.Edge.Version})
-	}
-	return d.Answer, nil
+	// For a replay, State/Version are the edge as it is now, so the overlay never
+	// shows a stale replayed state.
+	return ForwardResult{Answer: d.Answer, State: d.Edge.State, Version: d.Edge.Version}, nil
 }
 
 // Liked is the actor's button: the overlay layered over the local edge replica,

@@ -33,6 +33,19 @@
 //     through Move, so a stale leader can at worst cause an extra epoch bump,
 //     never two owners of one epoch.
 //
+// # Components
+//
+//   - Decide: the rule above, pure.
+//   - Directory: Init (idempotent creation of the pins), Pins, Pin, Move (the
+//     one-transaction compare-and-set), Drain, Regions (live registrations).
+//   - KeepAlive: one region's lease and registration, with LastKeepalive.
+//   - Authority: edge.Authority for one region (watch-fed pin table, Owner for
+//     forwarding).
+//   - Controller: elected failover of dead regions' ranges.
+//   - Embedded: a single-member etcd server in-process (the embedded default);
+//     production points NewClient at an etcd cluster instead.
+//   - epochtest: the contract suite, run against either.
+//
 // # Concurrency
 //
 // Decide is pure. Directory is a stateless wrapper over a clientv3.Client and

@@ -23,7 +23,8 @@ type Cursor struct {
 }
 
 // PartBatch is a run of one log partition's events: every event with
-// Pos in (previous cursor, Through].
+// Pos in (previous cursor, Through], in Pos order (the previous cursor is
+// After).
 type PartBatch struct {
 	Partition uint32
 	Events    []edge.Event

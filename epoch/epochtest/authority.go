@@ -138,6 +138,38 @@ func RunAuthority(t *testing.T, newClient func(t *testing.T) *clientv3.Client) {
 		aa.Close() // idempotent
 	})
 
+	t.Run("WatchDeliversMovesBetweenReads", func(t *testing.T) {
+		t.Parallel()
+		cfg := Config(t, 8)
+		cfg.TTL = 10 * time.Second // room for a long re-read interval
+		cli := newClient(t)
+		ctx := ctxFor(t)
+		d := newDir(t, cli, cfg)
+		if err := d.Init(ctx, 8, []string{"a"}); err != nil {
+			t.Fatal(err)
+		}
+		const reread = 4500 * time.Millisecond
+		a, err := epoch.NewAuthority(newClient(t), epoch.AuthorityConfig{
+			Config: cfg, Self: "a", Freshness: staticFreshness{}, SyncInterval: reread})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(a.Close)
+		if err := a.WaitSynced(ctx); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if _, err := d.Move(ctx, 5, 1, "b", time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		// Well before the next full re-read, only the watch can deliver it.
+		Eventually(t, reread*2/3, "the watch to deliver the move", func() bool {
+			r, e := a.Owner(userIn(5, 8))
+			return r == "b" && e == 2
+		})
+		t.Logf("move seen after %v", time.Since(start))
+	})
+
 	t.Run("UnknownPinsFailClosed", func(t *testing.T) {
 		t.Parallel()
 		cfg := Config(t, 8)
@@ -160,5 +192,9 @@ func RunAuthority(t *testing.T, newClient func(t *testing.T) *clientv3.Client) {
 		})
 	})
 }
+
+type staticFreshness struct{}
+
+func (staticFreshness) LastKeepalive() time.Time { return time.Now() }
 
 func second[T any](_ T, err error) error { return err }

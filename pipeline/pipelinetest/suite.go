@@ -528,15 +528,49 @@ func CatchUp(t testing.TB, aggs []*pipeline.Aggregator) {
 	}
 }
 
-// CheckWatermark fails t unless partition p's committed watermark is honest:
-// every event with EventTime <= watermark has Pos <= the committed position.
-func CheckWatermark(t testing.TB, l pipeline.Log, cs pipeline.CellStore, p uint32) {
+// WatermarkChecker checks that committed watermarks are honest: every event
+// with EventTime <= a partition's committed watermark is at or before its
+// committed position. It caches the log it has read (the log only grows).
+type WatermarkChecker struct {
+	Log   pipeline.Log
+	Cells pipeline.CellStore
+	evs   map[uint32][]edge.Event
+}
+
+// Check checks partition p now.
+func (c *WatermarkChecker) Check(t testing.TB, p uint32) {
 	t.Helper()
-	pos, wm := position(t, cs, p)
-	for _, ev := range ReadAll(t, l, p, 1000) {
-		if ev.EventTime <= wm && ev.Pos > pos {
-			t.Fatalf("partition %d: watermark %d claims completeness, but the event at pos %d (time %d) is beyond position %d",
-				p, wm, ev.Pos, ev.EventTime, pos)
+	if c.evs == nil {
+		c.evs = map[uint32][]edge.Event{}
+	}
+	pos, wm := position(t, c.Cells, p)
+	evs := c.evs[p]
+	for {
+		after := uint64(0)
+		if len(evs) > 0 {
+			after = evs[len(evs)-1].Pos
+		}
+		more, head, err := c.Log.Read(context.Background(), p, after, 1000)
+		if err != nil {
+			t.Fatalf("Read(%d): %v", p, err)
+		}
+		checkBatch(t, p, after, more, head)
+		if len(more) == 0 {
+			break
+		}
+		evs = append(evs, more...)
+	}
+	c.evs[p] = evs
+	// Event times never decrease along a partition, so the events with
+	// EventTime <= wm are a prefix.
+	n := sort.Search(len(evs), func(i int) bool { return evs[i].EventTime > wm })
+	if n > 0 && evs[n-1].Pos > pos {
+		t.Fatalf("partition %d: watermark %d claims completeness, but the event at pos %d (time %d) is beyond position %d",
+			p, wm, evs[n-1].Pos, evs[n-1].EventTime, pos)
+	}
+	for i := 1; i < len(evs); i++ {
+		if evs[i].EventTime < evs[i-1].EventTime {
+			t.Fatalf("partition %d: event time decreases at pos %d", p, evs[i].Pos)
 		}
 	}
 }
@@ -579,6 +613,7 @@ func testEndToEnd(t *testing.T, h Harness) {
 	parts := h.Log.Partitions()
 	cfg := pipeline.Config{Region: h.Region, Log: h.Log, Cells: h.Cells, Clock: h.clock(), MaxEvents: 1 + rng.IntN(3)}
 	aggs := NewAggregators(t, cfg)
+	wc := &WatermarkChecker{Log: h.Log, Cells: h.Cells}
 	var history []edge.Request
 	epoch := uint64(1)
 	for i := range steps {
@@ -617,12 +652,12 @@ func testEndToEnd(t *testing.T, h Harness) {
 			if _, _, err := aggs[p].Step(ctx); err != nil {
 				t.Fatal(err)
 			}
-			CheckWatermark(t, h.Log, h.Cells, uint32(p))
+			wc.Check(t, uint32(p))
 		}
 	}
 	CatchUp(t, aggs)
 	for p := range parts {
-		CheckWatermark(t, h.Log, h.Cells, uint32(p))
+		wc.Check(t, uint32(p))
 	}
 	CheckCounts(t, h.Store, h.Counts, items)
 	before := map[string]int64{}

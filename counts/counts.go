@@ -50,7 +50,7 @@ type Config struct {
 	// FreshFor: a cached entry younger than this is served as is (default 200ms).
 	FreshFor time.Duration
 	// StaleFor: an older entry younger than this is served while one refresh runs
-	// in the background (default 10s); older entries are recomputed inline.
+	// in the background (default 1s); older entries are recomputed inline.
 	StaleFor time.Duration
 }
 
@@ -83,7 +83,7 @@ func NewReader(cfg Config) (*Reader, error) {
 		cfg.FreshFor = 200 * time.Millisecond
 	}
 	if cfg.StaleFor == 0 {
-		cfg.StaleFor = 10 * time.Second
+		cfg.StaleFor = time.Second
 	}
 	if cfg.FreshFor < 0 || cfg.StaleFor < cfg.FreshFor {
 		return nil, errors.New("counts: need 0 < FreshFor <= StaleFor")

@@ -123,18 +123,34 @@ func (e *Eraser) Status(ctx context.Context, user string) (ErasureJob, bool, err
 }
 
 // step erases up to max edges of j and persists progress.
+//
+// Progress is saved even when the step is cut short (a failed write, or Close
+// cancelling ctx): an edge already ERASED cannot tell afterwards whether it was
+// liked, so a resumed step that redid lost progress would under-report
+// likesRemoved. (Only a crash between an edge's erasure and the save can still
+// do that; the counts themselves stay exact either way.)
 func (e *Eraser) step(ctx context.Context, j ErasureJob, max int) (ErasureJob, error) {
 	items, err := e.cfg.Store.UserItems(ctx, j.User, j.Cursor, max)
 	if err != nil {
 		return j, err
 	}
+	save := context.WithoutCancel(ctx)
+	start := j
+	cutShort := func(err error) (ErasureJob, error) {
+		if j.Edges != start.Edges {
+			if perr := e.cfg.Jobs.PutErasure(save, j); perr != nil {
+				err = errors.Join(err, perr)
+			}
+		}
+		return j, err
+	}
 	for _, item := range items {
 		before, _, err := e.cfg.Store.Edge(ctx, item, j.User)
 		if err != nil {
-			return j, err
+			return cutShort(err)
 		}
 		if _, err := e.cfg.Service.Erase(ctx, item, j.User); err != nil {
-			return j, fmt.Errorf("edge: erase %q of %q: %w", item, j.User, err)
+			return cutShort(fmt.Errorf("edge: erase %q of %q: %w", item, j.User, err))
 		}
 		j.Edges++
 		if before.State == crdt.Liked {
@@ -144,12 +160,12 @@ func (e *Eraser) step(ctx context.Context, j ErasureJob, max int) (ErasureJob, e
 	}
 	if len(items) < max {
 		if err := e.cfg.Store.PurgeUser(ctx, j.User); err != nil {
-			return j, err
+			return cutShort(err)
 		}
 		j.State = ErasureDone
 		j.FinishedAt = e.cfg.Clock.Now().UnixMilli()
 	}
-	return j, e.cfg.Jobs.PutErasure(ctx, j)
+	return j, e.cfg.Jobs.PutErasure(save, j)
 }
 
 func (e *Eraser) loop(ctx context.Context) {

@@ -32,6 +32,11 @@ func (e *NotOwnerError) Error() string {
 // Unwrap makes errors.Is(err, edge.ErrNotOwner) hold.
 func (e *NotOwnerError) Unwrap() error { return edge.ErrNotOwner }
 
+// OwnerRegion implements edge.Owned, so the edge service can forward.
+func (e *NotOwnerError) OwnerRegion() string { return e.Owner }
+
+var _ edge.Owned = (*NotOwnerError)(nil)
+
 // FailClosedError says this region cannot prove it may write the range now.
 // It matches edge.ErrFailClosed with errors.Is.
 type FailClosedError struct {

@@ -23,7 +23,8 @@ type EmbeddedConfig struct {
 	ClientAddr, PeerAddr string
 	// StartTimeout bounds the wait for the server to be ready (default 30s).
 	StartTimeout time.Duration
-	// LogLevel of the server's zap logger (default "error").
+	// LogLevel of the server's zap logger (default "fatal": etcd logs its own
+	// listener shutdown as errors; real failures still arrive on Err()).
 	LogLevel string
 	// UnsafeNoFsync skips fsync (tests only: a crash can lose acknowledged
 	// writes).
@@ -49,7 +50,7 @@ func StartEmbedded(c EmbeddedConfig) (*Embedded, error) {
 		c.StartTimeout = 30 * time.Second
 	}
 	if c.LogLevel == "" {
-		c.LogLevel = "error"
+		c.LogLevel = "fatal"
 	}
 	curl, err := url.Parse("http://" + c.ClientAddr)
 	if err != nil {

@@ -56,15 +56,21 @@ type Latency struct {
 
 // Staleness summarizes the sampler of a write phase: P50Ms/P99Ms/MaxMs are
 // now − asOf measured by the client; ServerP50Ms/ServerP99Ms are the server's
-// own stalenessMs.
+// own stalenessMs. FirstReadP99Ms covers only the first read of each item by
+// the sampler (no earlier read could have left a cached entry behind; in the
+// viral phase that is one sample). Unproven counts answers whose asOf was the
+// Unix epoch (no watermark yet); they are not in the quantiles.
 type Staleness struct {
-	Samples     int64            `json:"samples"`
-	Errors      map[string]int64 `json:"errors,omitempty"`
-	P50Ms       float64          `json:"p50Ms"`
-	P99Ms       float64          `json:"p99Ms"`
-	MaxMs       float64          `json:"maxMs"`
-	ServerP50Ms float64          `json:"serverP50Ms"`
-	ServerP99Ms float64          `json:"serverP99Ms"`
+	Samples        int64            `json:"samples"`
+	Unproven       int64            `json:"unproven,omitempty"`
+	FirstReads     int64            `json:"firstReads"`
+	FirstReadP99Ms float64          `json:"firstReadP99Ms"`
+	Errors         map[string]int64 `json:"errors,omitempty"`
+	P50Ms          float64          `json:"p50Ms"`
+	P99Ms          float64          `json:"p99Ms"`
+	MaxMs          float64          `json:"maxMs"`
+	ServerP50Ms    float64          `json:"serverP50Ms"`
+	ServerP99Ms    float64          `json:"serverP99Ms"`
 }
 
 // ErrorCount is the total of p.Errors.
@@ -134,8 +140,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	for _, p := range r.Phases {
 		if s := p.Staleness; s != nil {
-			fmt.Fprintf(w, "staleness %-15s samples=%d  client now-asOf p50/p99/max = %.0f/%.0f/%.0f ms  server stalenessMs p50/p99 = %.0f/%.0f ms  errors=%s\n",
-				p.Name, s.Samples, s.P50Ms, s.P99Ms, s.MaxMs, s.ServerP50Ms, s.ServerP99Ms, errString(s.Errors))
+			fmt.Fprintf(w, "staleness %-15s samples=%d  now-asOf p50/p99/max = %.0f/%.0f/%.0f ms  server stalenessMs p50/p99 = %.0f/%.0f ms  first-read p99 = %.0f ms (%d)  unproven=%d  errors=%s\n",
+				p.Name, s.Samples, s.P50Ms, s.P99Ms, s.MaxMs, s.ServerP50Ms, s.ServerP99Ms, s.FirstReadP99Ms, s.FirstReads, s.Unproven, errString(s.Errors))
 		}
 	}
 	u, v := r.Phase(PhaseUniform), r.Phase(PhaseViral)

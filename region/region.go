@@ -52,7 +52,10 @@ type Config struct {
 	IPBurst int
 	// EraseRate bounds edges erased per second (default 500).
 	EraseRate int
-	Clock     clock.Clock
+	// Cluster, when set, makes this region one of several (pins, leases,
+	// replication, forwarding); nil runs a single region owning every range.
+	Cluster *Cluster
+	Clock   clock.Clock
 	Logger    *slog.Logger
 }
 
@@ -67,6 +70,7 @@ type Region struct {
 	API      *api.Server
 	Registry *prometheus.Registry
 
+	cluster  *clusterParts
 	once     sync.Once
 	closeErr error
 }
@@ -106,11 +110,27 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 		_ = r.Close()
 		return nil, err
 	}
+	var authority edge.Authority = edge.StaticAuthority(1)
+	var forwarder edge.Forwarder
+	regions := []string{cfg.Name}
+	if cfg.Cluster != nil {
+		if r.cluster, err = startCluster(ctx, cfg.Name, cfg.Cluster, st, cfg.Clock, log); err != nil {
+			return fail(err)
+		}
+		authority, forwarder = r.cluster.authority, r.cluster.forwarder
+		if len(cfg.Cluster.Regions) > 0 {
+			regions = cfg.Cluster.Regions
+		}
+	}
 	r.Service, err = edge.NewService(edge.ServiceConfig{
-		Store: st, Overlay: inproc.NewOverlay(cfg.Clock, 30*time.Second), Clock: cfg.Clock, Authority: edge.StaticAuthority(1),
+		Store: st, Overlay: inproc.NewOverlay(cfg.Clock, 30*time.Second), Clock: cfg.Clock,
+		Authority: authority, Forwarder: forwarder,
 	})
 	if err != nil {
 		return fail(err)
+	}
+	if r.cluster != nil {
+		r.cluster.serve(r.Service)
 	}
 	r.Aggs, err = pipeline.NewGroup(ctx, pipeline.Config{
 		Region: cfg.Name, Log: st, Cells: st, Clock: cfg.Clock, Window: cfg.Window,
@@ -127,7 +147,7 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 		return fail(err)
 	}
 	r.Counts, err = counts.NewReader(counts.Config{
-		Store: st, Cache: inproc.NewCache(cfg.Clock, time.Minute), Clock: cfg.Clock, Regions: []string{cfg.Name},
+		Store: st, Cache: inproc.NewCache(cfg.Clock, time.Minute), Clock: cfg.Clock, Regions: regions,
 	})
 	if err != nil {
 		return fail(err)
@@ -188,11 +208,19 @@ func (r *Region) Name() string { return r.cfg.Name }
 func (r *Region) Close() error {
 	r.once.Do(func() {
 		var errs []error
-		for _, c := range []interface{ Close() error }{r.Eraser, r.Aggs, r.Counts, r.Store} {
+		for _, c := range []interface{ Close() error }{r.Eraser, r.Aggs, r.Counts} {
 			if c == nil || isNilCloser(c) {
 				continue
 			}
 			if err := c.Close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if r.cluster != nil {
+			r.cluster.close()
+		}
+		if r.Store != nil {
+			if err := r.Store.Close(); err != nil {
 				errs = append(errs, err)
 			}
 		}

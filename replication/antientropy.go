@@ -5,6 +5,9 @@ import (
 	"fmt"
 )
 
+// aeGroupFactor × MaxCells bounds the cells one repair scan collects.
+const aeGroupFactor = 16
+
 // antiEntropy runs one digest round with the peer: hash this region's own
 // cells into DigestBuckets buckets, ask the peer which buckets differ in its
 // copy, and push the full latest state of every cell in those buckets, in
@@ -14,10 +17,14 @@ import (
 func (l *peerLoop) antiEntropy() error {
 	cfg := &l.s.cfg
 	parts := cfg.Source.Partitions()
-	var d Digest
+	var (
+		d      Digest
+		counts [DigestBuckets]int
+	)
 	err := cfg.Source.ScanCells(l.ctx, cfg.Region, func(c CellState) error {
 		if c.Key.Region == cfg.Region {
 			d.Add(c)
+			counts[BucketOf(c.Key.Item)]++
 		}
 		return nil
 	})
@@ -32,15 +39,31 @@ func (l *peerLoop) antiEntropy() error {
 	}
 	l.adopt(resp.Cursor, parts, nil)
 	repaired := 0
-	if len(resp.Mismatched) > 0 {
-		want := make(map[uint32]bool, len(resp.Mismatched))
-		for _, b := range resp.Mismatched {
-			want[b] = true
+	// Repair the mismatched buckets in groups of at most aeGroupFactor×MaxCells
+	// cells (a single larger bucket forms its own group), one scan per group:
+	// memory stays bounded however much the receiver lost.
+	limit := aeGroupFactor * cfg.MaxCells
+	pending := resp.Mismatched
+	for len(pending) > 0 {
+		group := map[uint32]bool{}
+		total := 0
+		for len(pending) > 0 {
+			b := pending[0]
+			if b >= DigestBuckets {
+				pending = pending[1:]
+				continue // a confused peer; ignore
+			}
+			if len(group) > 0 && total+counts[b] > limit {
+				break
+			}
+			group[b] = true
+			total += counts[b]
+			pending = pending[1:]
 		}
 		// Collect first: a store iterator is not held open across network calls.
-		var cells []CellState
+		cells := make([]CellState, 0, total)
 		err := cfg.Source.ScanCells(l.ctx, cfg.Region, func(c CellState) error {
-			if c.Key.Region == cfg.Region && want[BucketOf(c.Key.Item)] {
+			if c.Key.Region == cfg.Region && group[BucketOf(c.Key.Item)] {
 				cells = append(cells, c)
 			}
 			return nil

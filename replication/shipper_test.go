@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -481,4 +482,50 @@ func TestShipperConfigDefaults(t *testing.T) {
 			t.Errorf("NewShipper(%+v) accepted", bad)
 		}
 	}
+}
+
+// Anti-entropy repairs a receiver that lost every cell, in bounded groups.
+func TestAntiEntropyRepairsEverythingInGroups(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	src := newFakeSource("eu", parts)
+	for i := 0; i < 300; i++ {
+		src.bumpCell(fmt.Sprintf("item-%d", i), uint32(i%parts), int64(i))
+	}
+	sink := newFakeSink(parts)
+	sh := newShipper(t, ShipperConfig{Region: "eu", Source: src, Transport: &directTransport{srv: newServer(t, "us", parts, sink)},
+		Clock: clk, MaxCells: 2}) // groups of at most 32 cells
+	sh.SetPeers([]Peer{{Region: "us", GRPCAddr: "inproc"}})
+	step := func() { clk.Advance(100 * time.Millisecond) }
+	eventually(t, "converged", 20*time.Second, step, converged(src, sink))
+	eventually(t, "acknowledged", 20*time.Second, step, caughtUp(sh, "us", src))
+	for k := range sink.cellsOf("eu") {
+		sink.deleteCell(k)
+	}
+	clk.Advance(31 * time.Second)
+	eventually(t, "all cells repaired", 20*time.Second, step, converged(src, sink))
+	eventually(t, "repairs counted", 5*time.Second, step, func() bool { return sh.Stats()[0].CellsRepaired >= 300 })
+}
+
+// Close stops every goroutine the shipper started.
+func TestCloseStopsGoroutines(t *testing.T) {
+	src := newFakeSource("eu", parts)
+	fill(src, 20, 1)
+	ps := &staticPeers{ch: make(chan struct{}, 1)}
+	ps.set([]Peer{{Region: "us", GRPCAddr: "inproc"}, {Region: "ap", GRPCAddr: "inproc2"}})
+	tr := &flakyTransport{srv: newServer(t, "us", parts, newFakeSink(parts)), r: rand.New(rand.NewPCG(1, 2)), faults: map[string]int{}}
+	sh, err := NewShipper(ShipperConfig{Region: "eu", Source: src, Transport: tr, Peers: ps,
+		PollInterval: time.Millisecond, RetryMin: time.Millisecond, RetryMax: 2 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "loops running", 10*time.Second, nil, func() bool { return len(sh.Stats()) == 2 && sh.Stats()[0].Pushes > 0 })
+	if err := sh.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A loop signals done just before it returns, so allow it a moment to exit.
+	buf := make([]byte, 1<<20)
+	eventually(t, "shipper goroutines gone", 5*time.Second, nil, func() bool {
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		return !strings.Contains(stacks, "(*peerLoop).run") && !strings.Contains(stacks, "(*Shipper).follow")
+	})
 }

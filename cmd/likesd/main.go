@@ -1,8 +1,11 @@
 // Command likesd runs likes regions.
 //
-//	likesd dev [--regions us] [--http-port 8080] [--data ./likes-data]
+//	likesd dev [--regions us,eu,ap] [--http-port 8080] [--data ./likes-data]
+//	likesd run --region us --regions us,eu,ap --etcd http://127.0.0.1:2379 [...]
+//	likesd etcd [--client-port 2379] [--data ./likes-data/etcd]
 //
-// starts the embedded default (Pebble, no servers) on loopback. Ctrl-C shuts down
+// dev starts every region of the embedded default (Pebble per region, one
+// embedded etcd, no servers) on loopback in one process. Ctrl-C shuts down
 // cleanly; a restart on the same --data keeps every acknowledged like.
 package main
 
@@ -17,12 +20,16 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"likes/api"
 	"likes/auth"
+	"likes/epoch"
 	"likes/region"
 )
 
@@ -36,7 +43,9 @@ func main() {
 const usage = `usage: likesd <command> [flags]
 
 commands:
-  dev    run the embedded default (Pebble, no servers) on loopback
+  dev    run all regions of the embedded default (Pebble + embedded etcd, no servers) on loopback
+  run    run one region of a real deployment (its own process; etcd given by --etcd)
+  etcd   run a standalone embedded etcd for local multi-process use
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -47,6 +56,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "dev":
 		return dev(ctx, args[1:], stdout, stderr)
+	case "run":
+		return runRegion(ctx, args[1:], stdout, stderr)
+	case "etcd":
+		return runEtcd(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -55,81 +68,316 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return fmt.Errorf("unknown command %q", args[0])
 }
 
-func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("likesd dev", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	regions := fs.String("regions", "us", "comma-separated region names")
-	host := fs.String("host", "127.0.0.1", "address to listen on")
-	port := fs.Int("http-port", 8080, "HTTP port of the first region (region i listens on port+i)")
-	data := fs.String("data", "./likes-data", "data folder (one subfolder per region)")
-	partitions := fs.Int("partitions", 16, "log partitions per region (fixed when the data folder is created)")
-	window := fs.Duration("window", 250*time.Millisecond, "aggregator window")
-	inflight := fs.Int("max-inflight-writes", 1024, "writes admitted at once; more get 503 + Retry-After")
-	userRate := fs.Float64("user-rate", 20, "writes per second per user (negative: unlimited)")
-	ipRate := fs.Float64("ip-rate", 0, "requests per second per client IP (0: unlimited)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	names := strings.Split(*regions, ",")
+// common holds the flags every region-running command shares.
+type common struct {
+	host       string
+	data       string
+	partitions int
+	window     time.Duration
+	inflight   int
+	userRate   float64
+	ipRate     float64
+	ttl        time.Duration
+	ranges     int
+}
+
+func (c *common) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.host, "host", "127.0.0.1", "address to listen on")
+	fs.StringVar(&c.data, "data", "./likes-data", "data folder (one subfolder per region)")
+	fs.IntVar(&c.partitions, "partitions", 16, "log partitions per region (fixed when the data folder is created; the same in every region)")
+	fs.DurationVar(&c.window, "window", 250*time.Millisecond, "aggregator window")
+	fs.IntVar(&c.inflight, "max-inflight-writes", 1024, "writes admitted at once; more get 503 + Retry-After")
+	fs.Float64Var(&c.userRate, "user-rate", 20, "writes per second per user (negative: unlimited)")
+	fs.Float64Var(&c.ipRate, "ip-rate", 0, "requests per second per client IP (0: unlimited)")
+	fs.DurationVar(&c.ttl, "lease-ttl", 5*time.Second, "region lease TTL (whole seconds; failover happens after it expires)")
+	fs.IntVar(&c.ranges, "ranges", 256, "user ranges (units of write authority; fixed at cluster creation)")
+}
+
+func parseRegions(list string) ([]string, error) {
+	names := strings.Split(list, ",")
+	seen := map[string]bool{}
 	for _, n := range names {
-		if err := api.ValidateID("region", n); err != nil || strings.ContainsAny(n, "/\\ ") {
-			return fmt.Errorf("bad region name %q", n)
+		if err := api.ValidateID("region", n); err != nil || strings.ContainsAny(n, "/\\ :") || len(n) > 32 {
+			return nil, fmt.Errorf("bad region name %q (1-32 characters, no '/', '\\', ':' or spaces)", n)
 		}
+		if seen[n] {
+			return nil, fmt.Errorf("region %q listed twice", n)
+		}
+		seen[n] = true
 	}
-	if len(names) != 1 {
-		return fmt.Errorf("--regions %s: this build runs one region per process; multi-region replication is not available yet", *regions)
+	return names, nil
+}
+
+func checkPort(name string, p int) error {
+	if p < 0 || p > 65535 {
+		return fmt.Errorf("--%s %d out of range", name, p)
 	}
-	if *port < 0 || *port > 65535 {
-		return fmt.Errorf("--http-port %d out of range", *port)
-	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	secret, isDefault := auth.SecretFromEnv()
+	return nil
+}
+
+func newLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+func secret(logger *slog.Logger) []byte {
+	s, isDefault := auth.SecretFromEnv()
 	if isDefault {
 		logger.Warn("LIKES_AUTH_SECRET is not set: using the PUBLIC development secret; anyone can mint tokens. Set it in any real deployment.")
 	}
+	return s
+}
+
+// served is one region with its HTTP server.
+type served struct {
+	r    *region.Region
+	srv  *http.Server
+	errc chan error
+	url  string
+}
+
+func serveHTTP(r *region.Region, ln net.Listener) *served {
+	s := &served{r: r, errc: make(chan error, 1), url: "http://" + ln.Addr().String(),
+		srv: &http.Server{Handler: r.API, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}}
+	go func() { s.errc <- s.srv.Serve(ln) }()
+	return s
+}
+
+// waitAndStop blocks until ctx ends or a server fails, then shuts everything
+// down: HTTP first (drain in-flight requests), then the regions.
+func waitAndStop(ctx context.Context, logger *slog.Logger, all []*served, after func()) error {
+	cases := make(chan error, len(all))
+	for _, s := range all {
+		go func() {
+			err := <-s.errc
+			cases <- err
+		}()
+	}
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-cases:
+	}
+	logger.Info("shutting down: draining HTTP, then stopping replication, aggregators and stores")
+	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, s := range all {
+		if err := s.srv.Shutdown(shutCtx); err != nil {
+			logger.Warn("http shutdown", "err", err)
+		}
+	}
+	var errs []error
+	for _, s := range all {
+		errs = append(errs, s.r.Close())
+	}
+	if after != nil {
+		after()
+	}
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		errs = append(errs, serveErr)
+	}
+	err := errors.Join(errs...)
+	if err == nil {
+		logger.Info("stopped cleanly")
+	}
+	return err
+}
+
+func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("likesd dev", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c common
+	c.register(fs)
+	regions := fs.String("regions", "us,eu,ap", "comma-separated region names; one name runs a single region without etcd")
+	port := fs.Int("http-port", 8080, "HTTP port of the first region (region i listens on port+i)")
+	grpcPort := fs.Int("grpc-port", 9080, "replication/forwarding gRPC port of the first region (region i: port+i)")
+	gossipPort := fs.Int("gossip-port", 7946, "memberlist port of the first region (region i: port+i)")
+	etcdPort := fs.Int("etcd-port", 2379, "embedded etcd client port (its peer port is etcd-port+1)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	names, err := parseRegions(*regions)
+	if err != nil {
+		return err
+	}
+	for n, p := range map[string]int{"http-port": *port, "grpc-port": *grpcPort, "gossip-port": *gossipPort, "etcd-port": *etcdPort} {
+		if err := checkPort(n, p); err != nil {
+			return err
+		}
+	}
+	logger := newLogger(stderr)
+	sec := secret(logger)
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	var cluster func(i int) *region.Cluster
+	var after func()
+	if len(names) > 1 {
+		etcdAddr := net.JoinHostPort(c.host, fmt.Sprint(*etcdPort))
+		logger.Info("starting embedded etcd", "client", "http://"+etcdAddr, "data", filepath.Join(c.data, "etcd"))
+		e, err := epoch.StartEmbedded(epoch.EmbeddedConfig{
+			Dir: filepath.Join(c.data, "etcd"), ClientAddr: etcdAddr, PeerAddr: net.JoinHostPort(c.host, fmt.Sprint(*etcdPort+1)),
+		})
+		if err != nil {
+			return fmt.Errorf("embedded etcd: %w", err)
+		}
+		cli, err := epoch.NewClient(e.Endpoints())
+		if err != nil {
+			e.Close()
+			return err
+		}
+		after = func() { _ = cli.Close(); e.Close() }
+		cluster = func(i int) *region.Cluster {
+			var seeds []string
+			if i > 0 {
+				seeds = []string{net.JoinHostPort(c.host, fmt.Sprint(*gossipPort))}
+			}
+			return &region.Cluster{
+				Etcd: cli, Epoch: epoch.Config{Ranges: c.ranges, TTL: c.ttl}, Regions: names,
+				GRPCListen:    net.JoinHostPort(c.host, fmt.Sprint(*grpcPort+i)),
+				HTTPAdvertise: "http://" + net.JoinHostPort(c.host, fmt.Sprint(*port+i)),
+				GossipBind:    c.host, GossipPort: *gossipPort + i, Seeds: seeds,
+			}
+		}
+	}
+	var all []*served
+	fail := func(err error) error {
+		for _, s := range all {
+			_ = s.srv.Close()
+			_ = s.r.Close()
+		}
+		if after != nil {
+			after()
+		}
+		return err
+	}
+	for i, name := range names {
+		rc := region.Config{
+			Name: name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: sec,
+			MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger,
+		}
+		if cluster != nil {
+			rc.Cluster = cluster(i)
+		}
+		r, err := region.Open(ctx, rc)
+		if err != nil {
+			return fail(fmt.Errorf("region %s: %w", name, err))
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort(c.host, fmt.Sprint(*port+i)))
+		if err != nil {
+			_ = r.Close()
+			return fail(err)
+		}
+		all = append(all, serveHTTP(r, ln))
+	}
+	for _, s := range all {
+		fmt.Fprintf(stdout, "likes: region %q serving %s (data %s)\n", s.r.Name(), s.url, filepath.Join(c.data, s.r.Name()))
+	}
+	if len(names) > 1 {
+		fmt.Fprintf(stdout, "  etcd (pins, leases): http://%s   operators: likectl pins list --etcd http://%s\n",
+			net.JoinHostPort(c.host, fmt.Sprint(*etcdPort)), net.JoinHostPort(c.host, fmt.Sprint(*etcdPort)))
+	}
+	base := all[0].url
+	fmt.Fprintf(stdout, "  get a token:  TOKEN=$(go run ./cmd/likectl token --user alice)\n")
+	fmt.Fprintf(stdout, "  like:         curl -X POST -H \"Authorization: Bearer $TOKEN\" -H 'Idempotency-Key: k1' %s/v1/items/item1/likes\n", base)
+	fmt.Fprintf(stdout, "  count:        curl %s/v1/items/item1/count   (any region answers)\n", all[len(all)-1].url)
+	fmt.Fprintf(stdout, "  Ctrl-C stops cleanly.\n")
+	return waitAndStop(ctx, logger, all, after)
+}
+
+func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("likesd run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c common
+	c.register(fs)
+	name := fs.String("region", "", "this region's name (required)")
+	regions := fs.String("regions", "", "all region names, comma-separated, in failover preference order (required)")
+	httpAddr := fs.String("http", "127.0.0.1:8080", "HTTP listen address")
+	grpcAddr := fs.String("grpc", "127.0.0.1:9080", "replication/forwarding gRPC listen address")
+	gossip := fs.String("gossip", "127.0.0.1:7946", "memberlist bind address")
+	seeds := fs.String("seeds", "", "comma-separated memberlist addresses of other regions")
+	etcd := fs.String("etcd", "", "comma-separated etcd endpoints, e.g. http://127.0.0.1:2379 (required)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *name == "" || *regions == "" || *etcd == "" {
+		return errors.New("run: --region, --regions and --etcd are required")
+	}
+	names, err := parseRegions(*regions)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(names, *name) {
+		return fmt.Errorf("run: --region %q is not in --regions %s", *name, *regions)
+	}
+	gHost, gPortS, err := net.SplitHostPort(*gossip)
+	if err != nil {
+		return fmt.Errorf("--gossip: %w", err)
+	}
+	gPort, err := strconv.Atoi(gPortS)
+	if err != nil {
+		return fmt.Errorf("--gossip port: %w", err)
+	}
+	logger := newLogger(stderr)
+	sec := secret(logger)
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cli, err := epoch.NewClient(strings.Split(*etcd, ","))
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	var seedList []string
+	if *seeds != "" {
+		seedList = strings.Split(*seeds, ",")
+	}
+	ln, err := net.Listen("tcp", *httpAddr)
+	if err != nil {
+		return err
+	}
 	r, err := region.Open(ctx, region.Config{
-		Name: names[0], DataDir: *data, Partitions: *partitions, Window: *window, Secret: secret,
-		MaxInFlightWrites: *inflight, UserRate: *userRate, IPRate: *ipRate, Logger: logger,
+		Name: *name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: sec,
+		MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger,
+		Cluster: &region.Cluster{
+			Etcd: cli, Epoch: epoch.Config{Ranges: c.ranges, TTL: c.ttl}, Regions: names,
+			GRPCListen: *grpcAddr, HTTPAdvertise: "http://" + ln.Addr().String(),
+			GossipBind: gHost, GossipPort: gPort, Seeds: seedList,
+		},
+	})
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	s := serveHTTP(r, ln)
+	fmt.Fprintf(stdout, "likes: region %q serving %s (gRPC %s, gossip %s, etcd %s)\n", *name, s.url, *grpcAddr, *gossip, *etcd)
+	return waitAndStop(ctx, logger, []*served{s}, nil)
+}
+
+func runEtcd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("likesd etcd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	host := fs.String("host", "127.0.0.1", "address to listen on")
+	port := fs.Int("client-port", 2379, "client port (peer port is client-port+1)")
+	data := fs.String("data", "./likes-data/etcd", "data folder")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := checkPort("client-port", *port); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	e, err := epoch.StartEmbedded(epoch.EmbeddedConfig{
+		Dir: *data, ClientAddr: net.JoinHostPort(*host, fmt.Sprint(*port)), PeerAddr: net.JoinHostPort(*host, fmt.Sprint(*port+1)),
 	})
 	if err != nil {
 		return err
 	}
-	addr := net.JoinHostPort(*host, fmt.Sprint(*port))
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		_ = r.Close()
-		return err
-	}
-	srv := &http.Server{Handler: r.API, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	base := "http://" + ln.Addr().String()
-	fmt.Fprintf(stdout, "likes: region %q serving %s (data %s)\n", names[0], base, *data)
-	fmt.Fprintf(stdout, "  get a token:  TOKEN=$(go run ./cmd/likectl token --user alice)\n")
-	fmt.Fprintf(stdout, "  like:         curl -X POST -H \"Authorization: Bearer $TOKEN\" -H 'Idempotency-Key: k1' %s/v1/items/item1/likes\n", base)
-	fmt.Fprintf(stdout, "  count:        curl %s/v1/items/item1/count\n", base)
-	fmt.Fprintf(stdout, "  Ctrl-C stops cleanly.\n")
-
-	var serveErr error
+	defer e.Close()
+	fmt.Fprintf(stdout, "likes: embedded etcd serving %s (data %s); Ctrl-C stops\n", strings.Join(e.Endpoints(), ","), *data)
 	select {
 	case <-ctx.Done():
-	case serveErr = <-errc:
+		return nil
+	case err := <-e.Err():
+		return err
 	}
-	logger.Info("shutting down: draining HTTP, then stopping aggregators and the store")
-	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutCtx); err != nil {
-		logger.Warn("http shutdown", "err", err)
-	}
-	closeErr := r.Close()
-	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
-		return serveErr
-	}
-	if closeErr == nil {
-		logger.Info("stopped cleanly")
-	}
-	return closeErr
 }

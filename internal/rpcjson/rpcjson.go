@@ -1,0 +1,64 @@
+// Package rpcjson is the gRPC codec of likes' internal services: plain Go structs
+// marshalled as JSON, installed per connection (grpc.ForceCodecV2) and per server
+// (grpc.ForceServerCodecV2), never registered globally. Protocol-buffer messages
+// (health, reflection) still encode as protobuf, so one server can host both.
+package rpcjson
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+)
+
+// Name is the content-subtype the codec announces.
+const Name = "json"
+
+// Codec is a grpc encoding.CodecV2. Sent and Received, when set, count encoded
+// bytes (for replication statistics).
+type Codec struct {
+	Sent, Received *atomic.Uint64
+}
+
+var _ encoding.CodecV2 = Codec{}
+
+// Marshal implements encoding.CodecV2.
+func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
+	var (
+		b   []byte
+		err error
+	)
+	if m, ok := v.(proto.Message); ok {
+		b, err = proto.Marshal(m)
+	} else {
+		b, err = json.Marshal(v)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("rpcjson: marshal %T: %w", v, err)
+	}
+	if c.Sent != nil {
+		c.Sent.Add(uint64(len(b)))
+	}
+	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+}
+
+// Unmarshal implements encoding.CodecV2.
+func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	b := data.Materialize()
+	if c.Received != nil {
+		c.Received.Add(uint64(len(b)))
+	}
+	if m, ok := v.(proto.Message); ok {
+		return proto.Unmarshal(b, m)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("rpcjson: unmarshal %T: %w", v, err)
+	}
+	return nil
+}
+
+// Name implements encoding.CodecV2.
+func (Codec) Name() string { return Name }

@@ -1,0 +1,205 @@
+package region
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+
+	"likes/api"
+	"likes/clock"
+	"likes/edge"
+	"likes/epoch"
+	"likes/replication"
+	"likes/store/pebblestore"
+)
+
+// Cluster configures the multi-region parts of a region (DESIGN section 5). A
+// region without a Cluster owns every range itself (epoch 1).
+type Cluster struct {
+	// Etcd is the client of the global etcd cluster holding pins and leases. Required.
+	Etcd *clientv3.Client
+	// Epoch configures pins and leases (ranges, TTL, margin, max clock skew).
+	Epoch epoch.Config
+	// Regions, when set, initializes the pins (round-robin) if none exist.
+	Regions []string
+	// Preference orders failover targets (default: Regions).
+	Preference []string
+	// GRPCListen is the replication + forwarding listen address (default 127.0.0.1:0).
+	GRPCListen string
+	// HTTPAdvertise is this region's public HTTP address, for tools.
+	HTTPAdvertise string
+	// GossipBind/GossipPort are the memberlist address (default 127.0.0.1:0).
+	GossipBind string
+	GossipPort int
+	// Seeds are memberlist addresses of other regions to join.
+	Seeds []string
+	// AntiEntropy is the digest interval (default 30s).
+	AntiEntropy time.Duration
+}
+
+// clusterParts are the running multi-region components, closed in reverse.
+type clusterParts struct {
+	keepalive  *epoch.KeepAlive
+	authority  *epoch.Authority
+	controller *epoch.Controller
+	grpcSrv    *grpc.Server
+	grpcLn     net.Listener
+	grpcDone   chan struct{}
+	member     *replication.Membership
+	transport  *replication.GRPCTransport
+	shipper    *replication.Shipper
+	forwarder  *api.Forwarder
+	serving    bool
+	once       sync.Once
+}
+
+// startCluster brings up leases, the authority, the controller, the gRPC
+// services, membership and the shipper. The service is wired by the caller.
+func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.Store, clk clock.Clock, log *slog.Logger) (*clusterParts, error) {
+	if c.Etcd == nil {
+		return nil, errors.New("region: Cluster.Etcd is required")
+	}
+	ecfg, err := c.Epoch.WithDefaults()
+	if err != nil {
+		return nil, err
+	}
+	p := &clusterParts{grpcDone: make(chan struct{})}
+	fail := func(err error) (*clusterParts, error) {
+		p.close()
+		return nil, err
+	}
+	if len(c.Regions) > 0 {
+		dir, err := epoch.NewDirectory(c.Etcd, ecfg)
+		if err != nil {
+			return fail(err)
+		}
+		if err := dir.Init(ctx, ecfg.Ranges, c.Regions); err != nil {
+			return fail(fmt.Errorf("region %s: init pins: %w", name, err))
+		}
+	}
+	listen := c.GRPCListen
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	p.grpcLn, err = net.Listen("tcp", listen)
+	if err != nil {
+		return fail(err)
+	}
+	grpcAddr := p.grpcLn.Addr().String()
+
+	p.keepalive, err = epoch.StartKeepAlive(ctx, c.Etcd, epoch.KeepAliveConfig{
+		Config: ecfg, Region: epoch.RegionInfo{Name: name, HTTP: c.HTTPAdvertise, GRPC: grpcAddr}, Clock: clk,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	p.authority, err = epoch.NewAuthority(c.Etcd, epoch.AuthorityConfig{Config: ecfg, Self: name, Freshness: p.keepalive, Clock: clk})
+	if err != nil {
+		return fail(err)
+	}
+	syncCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = p.authority.WaitSynced(syncCtx)
+	cancel()
+	if err != nil {
+		return fail(fmt.Errorf("region %s: pin table did not sync: %w", name, err))
+	}
+	pref := c.Preference
+	if len(pref) == 0 {
+		pref = c.Regions
+	}
+	p.controller, err = epoch.StartController(c.Etcd, epoch.ControllerConfig{Config: ecfg, Name: name, Preference: pref, Clock: clk})
+	if err != nil {
+		return fail(err)
+	}
+
+	p.grpcSrv = grpc.NewServer(replication.ServerOptions()...)
+	rs, err := replication.NewServer(replication.ServerConfig{Region: name, Partitions: st.Partitions(), Sink: st, Logger: log})
+	if err != nil {
+		return fail(err)
+	}
+	rs.Register(p.grpcSrv)
+
+	p.member, err = replication.NewMembership(replication.MembershipConfig{
+		Region: name, GRPCAddr: grpcAddr, HTTPAddr: c.HTTPAdvertise, BindAddr: c.GossipBind, BindPort: c.GossipPort,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	if len(c.Seeds) > 0 {
+		if _, err := p.member.Join(c.Seeds); err != nil {
+			log.Warn("memberlist join failed; will learn peers when they join us", "seeds", c.Seeds, "err", err)
+		}
+	}
+	p.transport, err = replication.NewGRPCTransport(replication.TransportConfig{})
+	if err != nil {
+		return fail(err)
+	}
+	p.shipper, err = replication.NewShipper(replication.ShipperConfig{
+		Region: name, Source: st, Transport: p.transport, Peers: p.member, Clock: clk, Logger: log,
+		AntiEntropy: c.AntiEntropy,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	p.forwarder = api.NewForwarder(p.resolve)
+	return p, nil
+}
+
+// serve registers the forwarding service for svc and starts the gRPC server.
+func (p *clusterParts) serve(svc *edge.Service) {
+	api.RegisterForward(p.grpcSrv, svc)
+	p.serving = true
+	go func() {
+		defer close(p.grpcDone)
+		_ = p.grpcSrv.Serve(p.grpcLn)
+	}()
+}
+
+// resolve finds a region's gRPC address through gossip.
+func (p *clusterParts) resolve(region string) (string, bool) {
+	for _, peer := range p.member.Peers() {
+		if peer.Region == region {
+			return peer.GRPCAddr, true
+		}
+	}
+	return "", false
+}
+
+func (p *clusterParts) close() {
+	p.once.Do(func() {
+		if p.shipper != nil {
+			_ = p.shipper.Close()
+		}
+		if p.transport != nil {
+			_ = p.transport.Close()
+		}
+		if p.forwarder != nil {
+			_ = p.forwarder.Close()
+		}
+		if p.member != nil {
+			_ = p.member.Close()
+		}
+		if p.serving {
+			p.grpcSrv.Stop()
+			<-p.grpcDone
+		} else if p.grpcLn != nil {
+			_ = p.grpcLn.Close()
+		}
+		if p.controller != nil {
+			p.controller.Close()
+		}
+		if p.authority != nil {
+			p.authority.Close()
+		}
+		if p.keepalive != nil {
+			_ = p.keepalive.Close()
+		}
+	})
+}

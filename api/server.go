@@ -49,6 +49,17 @@ type Config struct {
 	Clock        clock.Clock
 	// Ready reports whether the region can serve (nil: always ready).
 	Ready func(ctx context.Context) error
+	// Admin serves the operator endpoints (nil: they answer 404).
+	Admin Admin
+}
+
+// Admin is the operator surface of a region.
+type Admin interface {
+	// Status describes the region: watermarks, aggregator lag, replication peers, lease.
+	Status(ctx context.Context) (any, error)
+	// Reconcile recounts one item ("" = every item) from local edges, compares with
+	// the summed cells, and when heal is set appends healing events.
+	Reconcile(ctx context.Context, item string, heal bool) (any, error)
 }
 
 // Server is the region's HTTP handler.
@@ -93,6 +104,8 @@ func New(cfg Config) (*Server, error) {
 	s.route("DELETE /v1/users/{userId}", "erase", s.erase)
 	s.route("GET /v1/users/{userId}/erasure", "erasure", s.erasure)
 	s.route("POST /v1/admin/retractions", "retract", s.retract)
+	s.route("GET /v1/admin/status", "status", s.status)
+	s.route("POST /v1/admin/reconcile", "reconcile", s.reconcile)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "region": cfg.Region})
 	})
@@ -550,4 +563,54 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "region": s.cfg.Region})
+}
+
+func (s *Server) admin(r *http.Request) *apiError {
+	c, _, e := s.session(r, true)
+	if e != nil {
+		return e
+	}
+	if !c.Admin {
+		return errorf(http.StatusForbidden, "forbidden", "this endpoint needs an admin token")
+	}
+	if s.cfg.Admin == nil {
+		return errorf(http.StatusNotFound, "not_found", "operator endpoints are not enabled")
+	}
+	return nil
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request) *apiError {
+	if e := s.admin(r); e != nil {
+		return e
+	}
+	st, err := s.cfg.Admin.Status(r.Context())
+	if err != nil {
+		return retryable(http.StatusServiceUnavailable, "unavailable", "status: "+err.Error(), time.Second)
+	}
+	writeJSON(w, http.StatusOK, st)
+	return nil
+}
+
+func (s *Server) reconcile(w http.ResponseWriter, r *http.Request) *apiError {
+	if e := s.admin(r); e != nil {
+		return e
+	}
+	var req struct {
+		ItemID string `json:"itemId"`
+		Heal   bool   `json:"heal"`
+	}
+	if e := decodeBody(r, &req); e != nil {
+		return e
+	}
+	if req.ItemID != "" {
+		if err := ValidateID("itemId", req.ItemID); err != nil {
+			return errorf(http.StatusBadRequest, "invalid_id", err.Error())
+		}
+	}
+	out, err := s.cfg.Admin.Reconcile(r.Context(), req.ItemID, req.Heal)
+	if err != nil {
+		return errorf(http.StatusConflict, "not_quiescent", err.Error())
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
 }

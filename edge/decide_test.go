@@ -74,7 +74,7 @@ func TestDecideTable(t *testing.T) {
 		answer  edge.Answer
 		version crdt.Version // of the resulting edge (ActWrite)
 		state   crdt.State   // of the resulting edge (ActWrite)
-		delta   int8         // of the event (ActWrite)
+		delta   int32        // of the event (ActWrite)
 		branch  *crdt.Branch // ActWrite: expected Branch, nil when none
 		record  bool         // Record(req) != nil
 	}
@@ -338,7 +338,7 @@ func (r *dtRegion) receive(e edge.Edge) {
 		r.branches[ek] = bs
 		r.appendLog(edge.Event{
 			Item: e.Item, User: e.User, Bucket: edge.BucketOf(e.User),
-			Version: e.Version, State: e.State, Delta: int8(delta), Kind: edge.KindCorrection,
+			Version: e.Version, State: e.State, Delta: int32(delta), Kind: edge.KindCorrection,
 		})
 	}
 }

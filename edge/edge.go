@@ -51,10 +51,13 @@ const (
 	KindCorrection Kind = 4 // branch correction after a failover (DESIGN section 5)
 	KindRecord     Kind = 5 // an idempotency record of a no-op write, carried for replication only
 	KindPurge      Kind = 6 // an erased user's records and index were purged (replication only)
+	KindReconcile  Kind = 7 // a reconciliation heal of an item's count (User is empty)
 )
 
 // Counted reports whether events of this kind contribute deltas to cells.
-func (k Kind) Counted() bool { return k >= KindFlip && k <= KindCorrection }
+func (k Kind) Counted() bool {
+	return (k >= KindFlip && k <= KindCorrection) || k == KindReconcile
+}
 
 func (k Kind) String() string {
 	switch k {
@@ -70,6 +73,8 @@ func (k Kind) String() string {
 		return "record"
 	case KindPurge:
 		return "purge"
+	case KindReconcile:
+		return "reconcile"
 	}
 	return "kind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -97,7 +102,7 @@ type Event struct {
 	Bucket    uint32
 	Version   crdt.Version
 	State     crdt.State
-	Delta     int8
+	Delta     int32
 	EventTime int64 // Unix ms, assigned at commit
 	Kind      Kind
 	// Idem is the idempotency record written with this event, if any; it travels
@@ -230,7 +235,7 @@ func Decide(cur Edge, rec *IdemRecord, erased bool, req Request) Decision {
 			Bucket:  BucketOf(req.User),
 			Version: next.Version,
 			State:   next.State,
-			Delta:   int8(req.Target.Counts() - cur.State.Counts()),
+			Delta:   int32(req.Target.Counts() - cur.State.Counts()),
 			Kind:    req.Kind,
 		},
 	}

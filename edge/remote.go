@@ -24,7 +24,7 @@ type RemoteResult struct {
 // purges) change nothing here.
 func ApplyRemote(local Edge, bs crdt.Branches, ev Event) RemoteResult {
 	res := RemoteResult{Edge: local, Branches: bs}
-	if ev.Kind == KindCorrection || ev.Kind == KindPurge {
+	if ev.Kind == KindCorrection || ev.Kind == KindPurge || ev.Kind == KindReconcile {
 		return res
 	}
 	remote := crdt.Register{Version: ev.Version, State: ev.State}
@@ -37,7 +37,7 @@ func ApplyRemote(local Edge, bs crdt.Branches, ev Event) RemoteResult {
 	if delta != 0 {
 		res.Correction = &Event{
 			Item: ev.Item, User: ev.User, Bucket: BucketOf(ev.User),
-			Version: ev.Version, State: ev.State, Delta: int8(delta), Kind: KindCorrection,
+			Version: ev.Version, State: ev.State, Delta: int32(delta), Kind: KindCorrection,
 		}
 	}
 	return res

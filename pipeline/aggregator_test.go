@@ -195,7 +195,7 @@ func (c *fakeCells) commitCount() int {
 }
 
 // flip, like and unlike build flip events of edge (item, user) at version 1.op.
-func flip(item, user string, op uint64, s crdt.State, delta int8, t int64) edge.Event {
+func flip(item, user string, op uint64, s crdt.State, delta int32, t int64) edge.Event {
 	return edge.Event{Item: item, User: user, Bucket: edge.BucketOf(user), Version: crdt.Version{Epoch: 1, Op: op},
 		State: s, Delta: delta, EventTime: t, Kind: edge.KindFlip}
 }
@@ -542,7 +542,7 @@ func TestRandomExactlyOnce(t *testing.T) {
 				if cur.State == crdt.Liked {
 					target = crdt.Unliked
 				}
-				ev := flip(k.item, k.user, cur.Version.Op+1, target, int8(target.Counts()-cur.State.Counts()), now)
+				ev := flip(k.item, k.user, cur.Version.Op+1, target, int32(target.Counts()-cur.State.Counts()), now)
 				state[k] = ev
 				p := uint32(edge.PartitionOf(k.item, ev.Bucket, parts))
 				published = append(published, log.add(p, ev))

@@ -56,7 +56,7 @@ type Config struct {
 	// replication, forwarding); nil runs a single region owning every range.
 	Cluster *Cluster
 	Clock   clock.Clock
-	Logger    *slog.Logger
+	Logger  *slog.Logger
 }
 
 // Region is one running region.
@@ -71,6 +71,7 @@ type Region struct {
 	Registry *prometheus.Registry
 
 	cluster  *clusterParts
+	regions  []string // every region whose watermark bounds asOf
 	once     sync.Once
 	closeErr error
 }
@@ -160,7 +161,9 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 	if cfg.UserRate > 0 {
 		userLimiter = inproc.NewLimiter(cfg.Clock, cfg.UserRate, cfg.UserBurst)
 	}
+	r.regions = regions
 	r.API, err = api.New(api.Config{
+		Admin:  newAdmin(r),
 		Region: cfg.Name, Service: r.Service, Eraser: r.Eraser, Store: st, Counts: r.Counts,
 		Verifier:    auth.NewVerifier(cfg.Secret, cfg.Clock.Now),
 		UserLimiter: userLimiter, IPLimiter: ipLimiter, MaxInFlightWrites: cfg.MaxInFlightWrites,

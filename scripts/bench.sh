@@ -73,6 +73,8 @@ free_port() {
 	return 1
 }
 
+log "machine: $(nproc) cores; load average at start: $(cut -d" " -f1-3 /proc/loadavg)"
+
 # --- 1. Redis, installed only if missing -----------------------------------
 if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
 	log "redis-server/redis-benchmark missing: installing with apt-get"
@@ -141,5 +143,7 @@ jq -r --argjson redis "$REDIS_RPS" --arg redisp50 "${REDIS_P50:-?}" --arg cores 
 	"ratio  viral / uniform throughput     = \($v.throughputPerS / $u.throughputPerS | r2)   (target >= 0.9)",
 	"ratio  count-reads/s / redis INCR/s   = \($c.throughputPerS / $redis | r2)",
 	"write p99 (uniform / viral)           = \($u.latency.p99Ms) / \($v.latency.p99Ms) ms   (target < 150)",
-	"staleness p99 (uniform / viral)       = \($u.staleness.p99Ms) / \($v.staleness.p99Ms) ms   (target < 1000)"
+	"staleness p99 (uniform / viral)       = \($u.staleness.p99Ms) / \($v.staleness.p99Ms) ms   (target < 1000)",
+	"staleness p99, first read of an item  = \($u.staleness.firstReadP99Ms) ms (uniform phase, \($u.staleness.firstReads) items)"
 ' "$TMP/report.json"
+echo "load average at end (other processes share the $(nproc) cores): $(cut -d" " -f1-3 /proc/loadavg)"

@@ -2,6 +2,7 @@
 //
 //	likectl token --user alice [--admin] [--ttl 1h]
 //	likectl bench [flags]
+//	likectl pins list|move|drain, likectl regions, likectl reconcile
 package main
 
 import (
@@ -31,8 +32,11 @@ func main() {
 const usage = `usage: likectl <command> [flags]
 
 commands:
-  token   print a bearer token signed with $LIKES_AUTH_SECRET
-  bench   drive a region's HTTP API on loopback and report throughput and latency
+  token      print a bearer token signed with $LIKES_AUTH_SECRET
+  bench      drive a region's HTTP API on loopback and report throughput and latency
+  pins       list | move --range N --to REGION | drain --from REGION --to REGION
+  regions    live regions: lease health, watermarks, aggregator and replication lag
+  reconcile  recount items from edges, report mismatches, --heal through the fenced path
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -45,6 +49,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return token(args[1:], stdout, stderr)
 	case "bench":
 		return bench(ctx, args[1:], stdout, stderr)
+	case "pins":
+		return pins(ctx, args[1:], stdout, stderr)
+	case "regions":
+		return regions(ctx, args[1:], stdout, stderr)
+	case "reconcile":
+		return reconcile(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	"likes/crdt"
 	"likes/edge"
@@ -179,7 +180,8 @@ func decodeEdge(item, user string, v []byte) (edge.Edge, error) {
 }
 
 func encodeEvent(ev edge.Event) []byte {
-	b := []byte{byte(ev.Kind), byte(ev.State), byte(ev.Delta)}
+	b := []byte{byte(ev.Kind), byte(ev.State)}
+	b = binary.AppendVarint(b, int64(ev.Delta))
 	b = appendStr(b, ev.Item)
 	b = appendStr(b, ev.User)
 	b = appendVersion(b, ev.Version)
@@ -204,8 +206,13 @@ func decodeEvent(part uint32, pos uint64, v []byte) (edge.Event, error) {
 	if len(v) < 3 {
 		return edge.Event{}, errCorrupt
 	}
-	d := dec{b: v[3:]}
-	ev := edge.Event{Partition: part, Pos: pos, Kind: edge.Kind(v[0]), State: crdt.State(v[1]), Delta: int8(v[2])}
+	d := dec{b: v[2:]}
+	ev := edge.Event{Partition: part, Pos: pos, Kind: edge.Kind(v[0]), State: crdt.State(v[1])}
+	delta := d.varint()
+	if delta < math.MinInt32 || delta > math.MaxInt32 {
+		return ev, errCorrupt
+	}
+	ev.Delta = int32(delta)
 	ev.Item = d.str()
 	ev.User = d.str()
 	ev.Version = d.version()

@@ -80,7 +80,20 @@ func (s *Store) CellChanges(_ context.Context, after uint64, limit int) ([]repli
 			out = append(out, replication.CellState{Key: key, Cell: c})
 		}
 	}
-	return out, through, it.Error()
+	if err := it.Error(); err != nil {
+		return nil, after, err
+	}
+	if through > after {
+		// Aggregator commits are not synced, so a crash may roll back the
+		// outbox and reuse these sequence numbers for other changes; a peer
+		// whose cursor already passed them would then skip those changes (and
+		// accept a watermark that vouches for them). Make everything shipped
+		// durable first: one WAL sync per batch that carries new cell changes.
+		if err := s.db.LogData(nil, pebble.Sync); err != nil {
+			return nil, after, err
+		}
+	}
+	return out, through, nil
 }
 
 // ScanCells implements replication.Source and replication.Sink.
@@ -148,7 +161,7 @@ func (s *Store) ApplyRemote(ctx context.Context, from string, part uint32, evs [
 
 func (s *Store) applyRemoteEvent(b *pebble.Batch, w *batchWriter, ev edge.Event) error {
 	switch ev.Kind {
-	case edge.KindCorrection:
+	case edge.KindCorrection, edge.KindReconcile:
 		return nil // the sender's own cells account for it
 	case edge.KindPurge:
 		purgeUser(b, ev.User)

@@ -343,6 +343,9 @@ func (w *batchWriter) appendEvent(ev edge.Event) edge.Event {
 	w.next[ev.Partition]++
 	ev.Pos = w.next[ev.Partition]
 	ev.EventTime = w.now
+	if ev.Kind == edge.KindReconcile {
+		ev.Version = crdt.Version{Op: ev.Pos} // unique and growing: its dedupe identity
+	}
 	_ = w.b.Set(logKey(ev.Partition, ev.Pos), encodeEvent(ev), nil)
 	return ev
 }

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"likes/auth"
+	"likes/epoch"
+)
+
+const defaultEtcd = "http://127.0.0.1:2379"
+
+func directory(ctx context.Context, endpoints string, ranges int) (*epoch.Directory, func(), error) {
+	cli, err := epoch.NewClient(strings.Split(endpoints, ","))
+	if err != nil {
+		return nil, nil, fmt.Errorf("etcd %s: %w", endpoints, err)
+	}
+	d, err := epoch.NewDirectory(cli, epoch.Config{Ranges: ranges})
+	if err != nil {
+		_ = cli.Close()
+		return nil, nil, err
+	}
+	// Fail fast with a clear message when etcd is not there.
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := cli.Get(pctx, "/likes/meta/ranges"); err != nil {
+		_ = cli.Close()
+		return nil, nil, fmt.Errorf("cannot reach etcd at %s (is likesd dev running?): %w", endpoints, err)
+	}
+	return d, func() { _ = cli.Close() }, nil
+}
+
+func pins(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return errors.New("pins: want a subcommand: list, move or drain")
+	}
+	fs := flag.NewFlagSet("likectl pins "+args[0], flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	etcd := fs.String("etcd", defaultEtcd, "etcd endpoints, comma-separated")
+	ranges := fs.Int("ranges", 256, "user ranges of the cluster")
+	rng := fs.Int("range", -1, "range to move (move)")
+	to := fs.String("to", "", "target region (move, drain)")
+	from := fs.String("from", "", "region to drain (drain)")
+	ttl := fs.Duration("lease-ttl", 5*time.Second, "the cluster's lease TTL (sets notBefore = now + TTL + max skew)")
+	skew := fs.Duration("max-skew", 500*time.Millisecond, "the cluster's max clock skew")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	d, done, err := directory(ctx, *etcd, *ranges)
+	if err != nil {
+		return err
+	}
+	defer done()
+	cfg := epoch.Config{Ranges: *ranges, TTL: *ttl, MaxSkew: *skew}
+	cfg, err = cfg.WithDefaults()
+	if err != nil {
+		return err
+	}
+	switch args[0] {
+	case "list":
+		ps, err := d.Pins(ctx)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "RANGE\tREGION\tEPOCH\tNOT BEFORE")
+		per := map[string]int{}
+		for _, p := range ps {
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\n", p.Range, p.Region, p.Epoch, p.NotBefore.UTC().Format(time.RFC3339Nano))
+			per[p.Region]++
+		}
+		_ = tw.Flush()
+		var regions []string
+		for r := range per {
+			regions = append(regions, r)
+		}
+		sort.Strings(regions)
+		for _, r := range regions {
+			fmt.Fprintf(stdout, "%s owns %d ranges\n", r, per[r])
+		}
+		return nil
+	case "move":
+		if *rng < 0 || *rng >= *ranges || *to == "" {
+			return fmt.Errorf("pins move: need --range in [0, %d) and --to REGION", *ranges)
+		}
+		cur, err := d.Pin(ctx, uint32(*rng))
+		if err != nil {
+			return err
+		}
+		if cur.Region == *to {
+			fmt.Fprintf(stdout, "range %d is already pinned to %s (epoch %d)\n", *rng, *to, cur.Epoch)
+			return nil
+		}
+		p, err := d.Move(ctx, uint32(*rng), cur.Epoch, *to, cfg.NotBefore(time.Now()))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "range %d: %s epoch %d → %s epoch %d, writable from %s\n", *rng, cur.Region, cur.Epoch, p.Region, p.Epoch, p.NotBefore.UTC().Format(time.RFC3339Nano))
+		return nil
+	case "drain":
+		if *from == "" || *to == "" || *from == *to {
+			return errors.New("pins drain: need --from REGION --to OTHER_REGION")
+		}
+		moved, err := d.Drain(ctx, *from, *to, cfg.NotBefore(time.Now()))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "moved %d ranges from %s to %s (epochs bumped; %s writes them after notBefore)\n", len(moved), *from, *to, *to)
+		return nil
+	}
+	return fmt.Errorf("pins: unknown subcommand %q (list, move, drain)", args[0])
+}
+
+func adminGet(ctx context.Context, method, url string, body any, out any) error {
+	secret, _ := auth.SecretFromEnv()
+	tok, err := auth.Sign(secret, "likectl", true, time.Minute, time.Now())
+	if err != nil {
+		return err
+	}
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s %s: %s: %s", method, url, resp.Status, strings.TrimSpace(string(b)))
+	}
+	return json.Unmarshal(b, out)
+}
+
+func regions(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("likectl regions", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	etcd := fs.String("etcd", defaultEtcd, "etcd endpoints, comma-separated")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	d, done, err := directory(ctx, *etcd, 256)
+	if err != nil {
+		return err
+	}
+	defer done()
+	live, err := d.Regions(ctx)
+	if err != nil {
+		return err
+	}
+	if len(live) == 0 {
+		fmt.Fprintln(stdout, "no live regions (no region holds a lease)")
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "REGION\tHTTP\tLEASE\tKEEPALIVE AGO\tPINS\tASOF\tAGG LAG\tREPLICATION (peer: lag events, last error)")
+	for _, r := range live {
+		var st struct {
+			AsOf          string `json:"asOf"`
+			AggregatorLag uint64 `json:"aggregatorLagEvents"`
+			KeepaliveAgo  string `json:"lastKeepaliveAgo"`
+			PinsOwned     int    `json:"pinsOwned"`
+			Peers         []struct {
+				Region    string
+				LagEvents uint64
+				LastError string
+				Active    bool
+			} `json:"replication"`
+		}
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		err := adminGet(cctx, http.MethodGet, r.HTTP+"/v1/admin/status", nil, &st)
+		cancel()
+		if err != nil {
+			fmt.Fprintf(tw, "%s\t%s\talive\t?\t?\t?\t?\tstatus unavailable: %v\n", r.Name, r.HTTP, err)
+			continue
+		}
+		var peers []string
+		for _, p := range st.Peers {
+			if !p.Active {
+				continue
+			}
+			s := fmt.Sprintf("%s: %d", p.Region, p.LagEvents)
+			if p.LastError != "" {
+				s += " (" + p.LastError + ")"
+			}
+			peers = append(peers, s)
+		}
+		fmt.Fprintf(tw, "%s\t%s\talive\t%s\t%d\t%s\t%d\t%s\n", r.Name, r.HTTP, st.KeepaliveAgo, st.PinsOwned, st.AsOf, st.AggregatorLag, strings.Join(peers, "; "))
+	}
+	return tw.Flush()
+}
+
+func reconcile(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("likectl reconcile", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("url", "http://127.0.0.1:8080", "the region's HTTP address")
+	item := fs.String("item", "", "one item (default: every item)")
+	heal := fs.Bool("heal", false, "append healing events for mismatches (the region must be quiescent)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var rep struct {
+		Region     string `json:"region"`
+		Items      int    `json:"itemsChecked"`
+		Healed     int    `json:"healed"`
+		Mismatched []struct {
+			Item     string `json:"itemId"`
+			Liked    int64  `json:"likedEdges"`
+			Cells    int64  `json:"cellSum"`
+			Mismatch int64  `json:"mismatch"`
+		} `json:"mismatched"`
+	}
+	body := map[string]any{"heal": *heal}
+	if *item != "" {
+		body["itemId"] = *item
+	}
+	if err := adminGet(ctx, http.MethodPost, strings.TrimRight(*url, "/")+"/v1/admin/reconcile", body, &rep); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "region %s: %d items checked, %d mismatched, %d healed\n", rep.Region, rep.Items, len(rep.Mismatched), rep.Healed)
+	for _, m := range rep.Mismatched {
+		fmt.Fprintf(stdout, "  %q: %d liked edges, cells sum to %d (mismatch %+d)\n", m.Item, m.Liked, m.Cells, m.Mismatch)
+	}
+	if len(rep.Mismatched) > 0 && rep.Healed == 0 {
+		return fmt.Errorf("%d mismatched items (rerun with --heal on a quiescent region)", len(rep.Mismatched))
+	}
+	return nil
+}

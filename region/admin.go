@@ -1,0 +1,176 @@
+package region
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"likes/api"
+	"likes/store/pebblestore"
+)
+
+var _ api.Admin = (*admin)(nil)
+
+// admin implements the operator endpoints of a region.
+type admin struct {
+	r        *Region
+	mismatch prometheus.Gauge
+	healed   prometheus.Counter
+}
+
+func newAdmin(r *Region) *admin {
+	a := &admin{
+		r: r,
+		mismatch: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "likes_reconcile_mismatch_items",
+			Help: "Items whose recount differed from their summed cells in the last reconciliation (alert on nonzero).",
+		}),
+		healed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "likes_reconcile_healed_total",
+			Help: "Healing events appended by reconciliation.",
+		}),
+	}
+	r.Registry.MustRegister(a.mismatch, a.healed)
+	return a
+}
+
+// Status is what GET /v1/admin/status answers.
+type Status struct {
+	Region           string            `json:"region"`
+	Watermarks       map[string]string `json:"watermarks"`
+	AsOf             string            `json:"asOf"`
+	AggregatorLag    uint64            `json:"aggregatorLagEvents"`
+	Partitions       int               `json:"partitions"`
+	Peers            any               `json:"replication,omitempty"`
+	LastKeepaliveAgo string            `json:"lastKeepaliveAgo,omitempty"`
+	PinsOwned        int               `json:"pinsOwned,omitempty"`
+}
+
+func (a *admin) aggLag() uint64 {
+	var lag uint64
+	for _, s := range a.r.Aggs.Stats() {
+		if s.Head > s.Position {
+			lag += s.Head - s.Position
+		}
+	}
+	return lag
+}
+
+// Status implements api.Admin.
+func (a *admin) Status(ctx context.Context) (any, error) {
+	wms, err := a.r.Store.Watermarks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st := Status{Region: a.r.cfg.Name, Watermarks: map[string]string{}, AggregatorLag: a.aggLag(), Partitions: a.r.Store.Partitions()}
+	for reg, t := range wms {
+		st.Watermarks[reg] = time.UnixMilli(t).UTC().Format(time.RFC3339Nano)
+	}
+	st.AsOf = time.UnixMilli(wms.AsOf(a.r.regions)).UTC().Format(time.RFC3339Nano)
+	if c := a.r.cluster; c != nil {
+		st.Peers = c.shipper.Stats()
+		st.LastKeepaliveAgo = a.r.cfg.Clock.Now().Sub(c.keepalive.LastKeepalive()).Round(time.Millisecond).String()
+		for _, p := range c.authority.Pins() {
+			if p.Region == a.r.cfg.Name {
+				st.PinsOwned++
+			}
+		}
+	}
+	return st, nil
+}
+
+// ReconcileReport is what POST /v1/admin/reconcile answers.
+type ReconcileReport struct {
+	Region     string                `json:"region"`
+	Items      int                   `json:"itemsChecked"`
+	Mismatched []pebblestore.Recount `json:"mismatched"`
+	Healed     int                   `json:"healed"`
+	Truncated  bool                  `json:"truncated,omitempty"`
+}
+
+// maxReconcileItems bounds one reconciliation request.
+const maxReconcileItems = 1_000_000
+
+// Reconcile implements api.Admin. Healing needs a quiescent region: its own
+// aggregators caught up and every replication peer caught up, checked before
+// and after the recount.
+func (a *admin) Reconcile(ctx context.Context, item string, heal bool) (any, error) {
+	if heal {
+		if err := a.quiescent(); err != nil {
+			return nil, err
+		}
+	}
+	rep := ReconcileReport{Region: a.r.cfg.Name, Mismatched: []pebblestore.Recount{}}
+	check := func(it string) error {
+		rc, err := a.r.Store.RecountItem(ctx, it)
+		if err != nil {
+			return err
+		}
+		rep.Items++
+		if rc.Mismatch != 0 {
+			rep.Mismatched = append(rep.Mismatched, rc)
+		}
+		return nil
+	}
+	if item != "" {
+		if err := check(item); err != nil {
+			return nil, err
+		}
+	} else {
+		after := ""
+		for rep.Items < maxReconcileItems {
+			items, err := a.r.Store.Items(ctx, after, 1000)
+			if err != nil {
+				return nil, err
+			}
+			for _, it := range items {
+				if err := check(it); err != nil {
+					return nil, err
+				}
+			}
+			if len(items) < 1000 {
+				break
+			}
+			after = items[len(items)-1]
+		}
+		rep.Truncated = rep.Items >= maxReconcileItems
+	}
+	sort.Slice(rep.Mismatched, func(i, j int) bool { return rep.Mismatched[i].Item < rep.Mismatched[j].Item })
+	a.mismatch.Set(float64(len(rep.Mismatched)))
+	if heal && len(rep.Mismatched) > 0 {
+		if err := a.quiescent(); err != nil {
+			return nil, err
+		}
+		for i, rc := range rep.Mismatched {
+			if err := a.r.Store.Heal(ctx, rc.Item, rc.Mismatch); err != nil {
+				return nil, err
+			}
+			rep.Mismatched[i].Healed = true
+			rep.Healed++
+			a.healed.Inc()
+		}
+	}
+	return rep, nil
+}
+
+func (a *admin) quiescent() error {
+	if lag := a.aggLag(); lag > 0 {
+		return fmt.Errorf("aggregators are %d events behind; heal only on a converged region", lag)
+	}
+	if c := a.r.cluster; c != nil {
+		var errs []error
+		for _, p := range c.shipper.Stats() {
+			if p.Active && p.LagEvents > 0 {
+				errs = append(errs, fmt.Errorf("replication to %s is %d events behind", p.Region, p.LagEvents))
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			return fmt.Errorf("not quiescent: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,403 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"likes/crdt"
+	"likes/edge"
+	"likes/replication"
+	"likes/store/pebblestore"
+)
+
+// request is one client request (retries reuse it).
+type request struct {
+	id         int
+	item, user int
+	target     crdt.State
+	key        string
+	acked      bool
+	conflict   bool // reuses an earlier request's key for another request
+}
+
+// edgeModel is what the simulation knows an edge must converge to.
+type edgeModel struct {
+	// last is the target of the most recent write or no-op any region accepted
+	// (epochs never overlap in time, so this is the real-time order).
+	last crdt.State
+	// max is the newest version any region wrote.
+	max     crdt.Register
+	written bool
+}
+
+type keyID struct{ user, key string }
+
+// keyModel tracks where idempotency records of one key were written.
+type keyModel struct {
+	origins []origin
+}
+
+// origin is one record: written by region at (partition, pos) of its log.
+type origin struct {
+	region int
+	part   uint32
+	pos    uint64
+	fp     string
+	answer edge.Answer
+}
+
+// applied is one Store.Apply as the recording store saw it.
+type applied struct {
+	region string
+	req    edge.Request
+	d      edge.Decision
+}
+
+// recStore is the region's store as its edge.Service sees it: every Apply is
+// checked against the model as it happens.
+type recStore struct {
+	*pebblestore.Store
+	s *sim
+	r *region
+}
+
+func (rs *recStore) Apply(ctx context.Context, req edge.Request) (edge.Decision, error) {
+	d, err := rs.Store.Apply(ctx, req)
+	rs.s.onApply(rs.r, req, d, err)
+	return d, err
+}
+
+// known lists the origins of key whose record region r holds.
+func (s *sim) known(r *region, km *keyModel) []origin {
+	var out []origin
+	for _, o := range km.origins {
+		if o.region == r.idx {
+			out = append(out, o)
+			continue
+		}
+		cur, err := r.st.Cursor(s.ctx, s.names[o.region])
+		s.must(err, "cursor")
+		if int(o.part) < len(cur.Log) && cur.Log[o.part] >= o.pos {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func (s *sim) onApply(r *region, req edge.Request, d edge.Decision, err error) {
+	if err != nil {
+		s.failf("store apply at %s: %v", r.name, err)
+	}
+	s.lastApply = &applied{region: r.name, req: req, d: d}
+	ii, uu := s.itemIdx(req.Item), s.userIdx(req.User)
+	em := &s.edges[ii][uu]
+	var km *keyModel
+	var known []origin
+	if req.IdemKey != "" {
+		id := keyID{req.User, req.IdemKey}
+		if km = s.keys[id]; km == nil {
+			km = &keyModel{}
+			s.keys[id] = km
+		}
+		known = s.known(r, km)
+	}
+	sameFP, otherFP := 0, 0
+	for _, o := range known {
+		if o.fp == req.Fingerprint {
+			sameFP++
+		} else {
+			otherFP++
+		}
+	}
+	switch d.Action {
+	case edge.ActWrite, edge.ActNoop:
+		s.stats.Accepted++
+		s.checkEpoch(r, req)
+		if len(known) > 0 {
+			s.failf("idempotency: %s performed %s key %q afresh (action %d) although it holds its record", r.name,
+				req.User, req.IdemKey, d.Action)
+		}
+		if km != nil && len(km.origins) > 0 {
+			s.stats.Overtaken++ // the key's record exists elsewhere but has not reached the owner
+		}
+		em.last = req.Target
+		if d.Action == edge.ActWrite {
+			s.stats.Writes++
+			reg := d.Edge.Register()
+			if reg.Version.Epoch != req.Epoch {
+				s.failf("write at %s has version %v under epoch %d", r.name, reg.Version, req.Epoch)
+			}
+			if !em.written || em.max.Less(reg) {
+				em.max, em.written = reg, true
+			}
+			if w := &r.written[ii][uu]; w.Less(reg) {
+				*w = reg
+			}
+		}
+		if km != nil {
+			part := edge.PartitionOf(req.Item, edge.BucketOf(req.User), s.k.Partitions)
+			var pos uint64
+			if d.Event != nil {
+				pos = d.Event.Pos
+			} else {
+				_, h, err := r.st.Read(s.ctx, part, ^uint64(0), 1)
+				s.must(err, "head")
+				pos = h.Pos
+			}
+			km.origins = append(km.origins, origin{region: r.idx, part: part, pos: pos, fp: req.Fingerprint, answer: d.Answer})
+		}
+	case edge.ActReplay:
+		s.stats.Accepted++
+		s.stats.Replays++
+		if sameFP == 0 {
+			s.failf("idempotency: %s replayed %s key %q without holding a record of that request", r.name, req.User, req.IdemKey)
+		}
+		ok := false
+		for _, o := range known {
+			if o.fp == req.Fingerprint && o.answer == d.Answer {
+				ok = true
+			}
+		}
+		if !ok {
+			s.failf("idempotency: %s replayed %+v for key %q, never answered so", r.name, d.Answer, req.IdemKey)
+		}
+	case edge.ActConflict:
+		if otherFP == 0 {
+			s.failf("idempotency: %s refused key %q as conflicting without holding a record of another request", r.name, req.IdemKey)
+		}
+	case edge.ActStale:
+		s.failf("epoch safety: %s authorized epoch %d for %s/%s but the edge is already at %v (a newer epoch wrote first)",
+			r.name, req.Epoch, req.Item, req.User, d.Edge.Version)
+	default:
+		s.failf("unexpected decision %d at %s", d.Action, r.name)
+	}
+	if d.Action == edge.ActWrite || d.Action == edge.ActNoop {
+		if len(known) == 0 && sameFP+otherFP > 0 {
+			s.failf("model: inconsistent idempotency bookkeeping")
+		}
+	} else if d.Action == edge.ActReplay && otherFP == 0 && sameFP == 0 {
+		s.failf("model: replay without a record")
+	}
+}
+
+// checkEpoch: the writer is the pin's region for its epoch, no newer epoch has
+// started, and per range epochs never go back.
+func (s *sim) checkEpoch(r *region, req edge.Request) {
+	g := int(edge.RangeOf(req.User, s.k.Ranges))
+	e := req.Epoch
+	if e == 0 || int(e) > len(s.pins[g]) {
+		s.failf("epoch safety: %s wrote range %d under unknown epoch %d", r.name, g, e)
+	}
+	if p := s.pins[g][e-1].pin; p.Region != r.name {
+		s.failf("epoch safety: %s wrote range %d under epoch %d, which belongs to %s", r.name, g, e, p.Region)
+	}
+	if int(e) < len(s.pins[g]) {
+		next := s.pins[g][e].pin
+		if !s.clk.Now().Before(next.NotBefore) {
+			s.failf("epoch safety: %s wrote range %d under epoch %d after epoch %d started (notBefore %v, now %v)",
+				r.name, g, e, next.Epoch, next.NotBefore, s.clk.Now())
+		}
+	}
+	if e < s.maxEpoch[g] {
+		s.failf("epoch safety: %s wrote range %d under epoch %d after a write under epoch %d", r.name, g, e, s.maxEpoch[g])
+	}
+	s.maxEpoch[g] = e
+}
+
+func (s *sim) itemIdx(item string) int {
+	for i, it := range s.items {
+		if it == item {
+			return i
+		}
+	}
+	s.failf("unknown item %q", item)
+	return -1
+}
+
+func (s *sim) userIdx(user string) int {
+	for i, u := range s.users {
+		if u == user {
+			return i
+		}
+	}
+	s.failf("unknown user %q", user)
+	return -1
+}
+
+// checkHonestyAll checks watermark honesty at every live region.
+func (s *sim) checkHonestyAll() {
+	logs := s.readLogs()
+	for _, x := range s.regions {
+		if !x.down() {
+			s.checkHonesty(x, logs)
+		}
+	}
+	s.stats.HonestyChecks++
+}
+
+// readLogs reads every live region's whole log (per partition).
+func (s *sim) readLogs() [][][]edge.Event {
+	logs := make([][][]edge.Event, len(s.regions))
+	for i, r := range s.regions {
+		if r.down() {
+			continue
+		}
+		logs[i] = make([][]edge.Event, s.k.Partitions)
+		for p := range logs[i] {
+			evs, _, err := r.st.Read(s.ctx, uint32(p), 0, 1<<30)
+			s.must(err, "read log")
+			logs[i][p] = evs
+		}
+	}
+	return logs
+}
+
+// checkHonesty: at x, for every region r with watermark T known at x, every
+// counted event of r's log with event time <= T lies inside x's copy of r's
+// cell of that item and partition (cell HWM >= event position).
+func (s *sim) checkHonesty(x *region, logs [][][]edge.Event) {
+	wms, err := x.st.Watermarks(s.ctx)
+	s.must(err, "watermarks")
+	for ri, r := range s.regions {
+		if logs[ri] == nil {
+			continue
+		}
+		t, ok := wms[r.name]
+		if !ok {
+			continue
+		}
+		for p, evs := range logs[ri] {
+			for _, ev := range evs {
+				if !ev.Kind.Counted() || ev.EventTime > t {
+					continue
+				}
+				key := crdt.CellKey{Item: ev.Item, Region: r.name, Shard: uint32(p)}
+				cells, err := x.st.Cells(s.ctx, []crdt.CellKey{key})
+				s.must(err, "cells")
+				if c := cells[key]; c.HWM < ev.Pos {
+					s.failf("watermark honesty: %s says %s is complete through t=%d, but its cell %v has hwm %d < event %s/%d@%d (t=%d, %s %s/%s %+d)",
+						x.name, r.name, t, key, c.HWM, r.name, p, ev.Pos, ev.EventTime, ev.Kind, ev.Item, ev.User, ev.Delta)
+				}
+			}
+		}
+	}
+}
+
+// checkFinal runs after healing.
+func (s *sim) checkFinal() {
+	// Edges: identical everywhere, equal to the model.
+	liked := make([]int64, len(s.items))
+	for i, item := range s.items {
+		for u, user := range s.users {
+			var first crdt.Register
+			for ri, r := range s.regions {
+				e, _, err := r.st.Edge(s.ctx, item, user)
+				s.must(err, "edge")
+				if ri == 0 {
+					first = e.Register()
+				} else if e.Register() != first {
+					s.failf("convergence: edge %s/%s is %v/%v at %s but %v/%v at %s", item, user,
+						first.Version, first.State, s.regions[0].name, e.Version, e.State, r.name)
+				}
+			}
+			em := s.edges[i][u]
+			if em.written && first != em.max {
+				s.failf("model: edge %s/%s converged to %v/%v, newest write was %v/%v", item, user,
+					first.Version, first.State, em.max.Version, em.max.State)
+			}
+			if first.State != em.last {
+				s.failf("model: edge %s/%s converged to %v, last accepted request wanted %v", item, user, first.State, em.last)
+			}
+			if first.State == crdt.Liked {
+				liked[i]++
+			}
+		}
+	}
+	// Counts: every region, every item; and per source region, the cells sum alike.
+	for i, item := range s.items {
+		for _, r := range s.regions {
+			n, err := r.st.Count(s.ctx, item)
+			s.must(err, "count")
+			if n != liked[i] {
+				s.failf("count: %s counts %d for %s, %d edges are LIKED (%s)", r.name, n, item, liked[i], s.cellReport(item))
+			}
+		}
+	}
+	for _, src := range s.regions {
+		sums := s.cellSums(src.name)
+		for _, r := range s.regions {
+			if r == src {
+				continue
+			}
+			other := s.cellSumsAt(r, src.name)
+			for i := range s.items {
+				if sums[i] != other[i] {
+					s.failf("cells: %s's cells of %s sum to %d at %s, %d at home", src.name, s.items[i], other[i], r.name, sums[i])
+				}
+			}
+		}
+	}
+	// Watermarks: honest, and live after healing.
+	logs := s.readLogs()
+	var last int64
+	for ri := range logs {
+		for _, evs := range logs[ri] {
+			for _, ev := range evs {
+				last = max(last, ev.EventTime)
+				if ev.Kind == edge.KindCorrection {
+					s.stats.Corrections++
+				}
+			}
+		}
+	}
+	for _, x := range s.regions {
+		s.checkHonesty(x, logs)
+		wms, err := x.st.Watermarks(s.ctx)
+		s.must(err, "watermarks")
+		if asOf := wms.AsOf(s.names); asOf < last {
+			s.failf("watermark liveness: after healing %s's asOf is %d, before the last event at %d (%v)", x.name, asOf, last, wms)
+		}
+	}
+}
+
+func (s *sim) cellSums(region string) []int64 {
+	return s.cellSumsAt(s.regions[s.idx(region)], region)
+}
+
+func (s *sim) cellSumsAt(x *region, region string) []int64 {
+	out := make([]int64, len(s.items))
+	err := x.st.ScanCells(s.ctx, region, func(cs replication.CellState) error {
+		i := -1
+		for j, it := range s.items {
+			if it == cs.Key.Item {
+				i = j
+			}
+		}
+		if i < 0 {
+			return errors.New("cell of unknown item " + cs.Key.Item)
+		}
+		out[i] += cs.Cell.Value()
+		return nil
+	})
+	s.must(err, "scan cells")
+	return out
+}
+
+func (s *sim) cellReport(item string) string {
+	out := ""
+	for _, r := range s.regions {
+		out += r.name + ":"
+		for _, src := range s.regions {
+			sums := s.cellSumsAt(r, src.name)
+			out += " " + src.name + "="
+			for i, it := range s.items {
+				if it == item {
+					out += strconv.FormatInt(sums[i], 10)
+				}
+			}
+		}
+		out += "; "
+	}
+	return out
+}

@@ -1,0 +1,195 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// seedsFromEnv returns the seeds TestSim runs: LIKES_SIM_SEED=S alone, or
+// LIKES_SIM_SEEDS=N (default 300, 50 under -short) starting at
+// LIKES_SIM_SEED_BASE (default 1).
+func seedsFromEnv(t *testing.T) (seeds []uint64, single bool) {
+	if v := os.Getenv("LIKES_SIM_SEED"); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("LIKES_SIM_SEED=%q: %v", v, err)
+		}
+		return []uint64{s}, true
+	}
+	n := 300
+	if testing.Short() {
+		n = 50
+	}
+	if v := os.Getenv("LIKES_SIM_SEEDS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			t.Fatalf("LIKES_SIM_SEEDS=%q: want a positive count", v)
+		}
+	}
+	base := uint64(1)
+	if v := os.Getenv("LIKES_SIM_SEED_BASE"); v != "" {
+		var err error
+		if base, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("LIKES_SIM_SEED_BASE=%q: %v", v, err)
+		}
+	}
+	for i := 0; i < n; i++ {
+		seeds = append(seeds, base+uint64(i))
+	}
+	return seeds, false
+}
+
+// runSeeds runs seeds on GOMAXPROCS workers and returns the stats of each and
+// the failures, by seed.
+func runSeeds(seeds []uint64, opts func(seed uint64) Options) ([]Stats, []error) {
+	stats := make([]Stats, len(seeds))
+	errs := make([]error, len(seeds))
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for w := 0; w < runtime.GOMAXPROCS(0); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				stats[i], errs[i] = Run(opts(seeds[i]))
+			}
+		}()
+	}
+	for i := range seeds {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return stats, errs
+}
+
+// TestSim runs many seeds of the whole simulation. A failing seed replays
+// exactly, with a trace: LIKES_SIM_SEED=S go test ./sim -run TestSim -v
+func TestSim(t *testing.T) {
+	seeds, single := seedsFromEnv(t)
+	if single {
+		var trace io.Writer
+		if testing.Verbose() {
+			trace = os.Stdout
+		}
+		st, err := Run(Options{Seed: seeds[0], Trace: trace})
+		t.Logf("stats: %+v", st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	start := time.Now()
+	stats, errs := runSeeds(seeds, func(seed uint64) Options { return Options{Seed: seed} })
+	var total Stats
+	for _, st := range stats {
+		total = addStats(total, st)
+	}
+	t.Logf("%d seeds in %v; totals: %+v", len(seeds), time.Since(start).Round(time.Millisecond), total)
+	var failed []string
+	for i, err := range errs {
+		if err != nil {
+			failed = append(failed, err.Error())
+			if len(failed) <= 5 {
+				t.Errorf("%v", err)
+			}
+			_ = i
+		}
+	}
+	if len(failed) > 0 {
+		sort.Strings(failed)
+		t.Fatalf("%d of %d seeds failed; replay one with: LIKES_SIM_SEED=<seed> go test ./sim -run TestSim -v", len(failed), len(seeds))
+	}
+}
+
+// TestSimDeterministic: the same seed gives the same run, twice.
+func TestSimDeterministic(t *testing.T) {
+	for _, seed := range []uint64{3, 17, 42} {
+		a, errA := Run(Options{Seed: seed})
+		b, errB := Run(Options{Seed: seed})
+		if fmt.Sprint(errA) != fmt.Sprint(errB) || a != b {
+			t.Fatalf("seed %d is not deterministic:\n%+v\n%v\n%+v\n%v", seed, a, errA, b, errB)
+		}
+	}
+}
+
+// TestSimChains: schedules heavy in unplanned failovers commonly move a range
+// A→B→C through three regions while tails are unreplicated, and corrections
+// arise, and everything still converges exactly.
+func TestSimChains(t *testing.T) {
+	n := 60
+	if testing.Short() {
+		n = 20
+	}
+	var seeds []uint64
+	for i := 0; i < n; i++ {
+		seeds = append(seeds, 10_000+uint64(i))
+	}
+	stats, errs := runSeeds(seeds, func(seed uint64) Options {
+		return Options{Seed: seed, Fixed: func(k *Knobs) {
+			k.WUnplanned = 6
+			k.WPlanned = 1
+			k.PUnplannedIsolate = 0.8
+		}}
+	})
+	withChain, withCorr := 0, 0
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("%v", err)
+			continue
+		}
+		if stats[i].Chains > 0 {
+			withChain++
+		}
+		if stats[i].Corrections > 0 {
+			withCorr++
+		}
+	}
+	t.Logf("%d seeds: %d with an A→B→C chain, %d with corrections", n, withChain, withCorr)
+	if withChain < n/2 {
+		t.Errorf("only %d of %d seeds had an unplanned A→B→C chain", withChain, n)
+	}
+	if withCorr < n/4 {
+		t.Errorf("only %d of %d seeds produced a branch correction", withCorr, n)
+	}
+}
+
+func addStats(a, b Stats) Stats {
+	a.Steps += b.Steps
+	a.Requests += b.Requests
+	a.Accepted += b.Accepted
+	a.Writes += b.Writes
+	a.Replays += b.Replays
+	a.Conflicts += b.Conflicts
+	a.StaleRetries += b.StaleRetries
+	a.Overtaken += b.Overtaken
+	a.Forwarded += b.Forwarded
+	a.LostReplies += b.LostReplies
+	a.Refused += b.Refused
+	a.AggSteps += b.AggSteps
+	a.Pushes += b.Pushes
+	a.Dropped += b.Dropped
+	a.Duplicated += b.Duplicated
+	a.Reordered += b.Reordered
+	a.Partitions += b.Partitions
+	a.EtcdCuts += b.EtcdCuts
+	a.PlannedMoves += b.PlannedMoves
+	a.UnplannedMoves += b.UnplannedMoves
+	a.Chains += b.Chains
+	a.Crashes += b.Crashes
+	a.Syncs += b.Syncs
+	a.Corrections += b.Corrections
+	a.HonestyChecks += b.HonestyChecks
+	a.HealRounds += b.HealRounds
+	return a
+}
+
+var _ = errors.New

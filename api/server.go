@@ -60,6 +60,9 @@ type Admin interface {
 	// Reconcile recounts one item ("" = every item) from local edges, compares with
 	// the summed cells, and when heal is set appends healing events.
 	Reconcile(ctx context.Context, item string, heal bool) (any, error)
+	// Log pages through this region's committed log (for audits and the chaos
+	// checker): events of one partition with Pos > after.
+	Log(ctx context.Context, partition uint32, after uint64, limit int) (any, error)
 }
 
 // Server is the region's HTTP handler.
@@ -106,6 +109,7 @@ func New(cfg Config) (*Server, error) {
 	s.route("POST /v1/admin/retractions", "retract", s.retract)
 	s.route("GET /v1/admin/status", "status", s.status)
 	s.route("POST /v1/admin/reconcile", "reconcile", s.reconcile)
+	s.route("GET /v1/admin/log", "log", s.log)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "region": cfg.Region})
 	})
@@ -610,6 +614,32 @@ func (s *Server) reconcile(w http.ResponseWriter, r *http.Request) *apiError {
 	out, err := s.cfg.Admin.Reconcile(r.Context(), req.ItemID, req.Heal)
 	if err != nil {
 		return errorf(http.StatusConflict, "not_quiescent", err.Error())
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) log(w http.ResponseWriter, r *http.Request) *apiError {
+	if e := s.admin(r); e != nil {
+		return e
+	}
+	q := r.URL.Query()
+	part, err1 := strconv.ParseUint(q.Get("partition"), 10, 32)
+	after, err2 := strconv.ParseUint(q.Get("after"), 10, 64)
+	if q.Get("after") == "" {
+		after, err2 = 0, nil
+	}
+	limit := 1000
+	var err3 error
+	if v := q.Get("limit"); v != "" {
+		limit, err3 = strconv.Atoi(v)
+	}
+	if err := errors.Join(err1, err2, err3); err != nil || limit < 1 || limit > 10000 {
+		return errorf(http.StatusBadRequest, "invalid_query", "want partition=N&after=POS&limit=1..10000")
+	}
+	out, err := s.cfg.Admin.Log(r.Context(), uint32(part), after, limit)
+	if err != nil {
+		return errorf(http.StatusBadRequest, "invalid_query", err.Error())
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

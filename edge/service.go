@@ -87,6 +87,10 @@ type ServiceConfig struct {
 	Forwarder Forwarder
 	// IdemTTL is how long an idempotency record replays (default 24h).
 	IdemTTL time.Duration
+	// UnsafeNoIdempotency ignores idempotency keys. It exists only so the chaos
+	// suite can prove its checker catches the double counts this causes; never
+	// set it in a deployment.
+	UnsafeNoIdempotency bool
 }
 
 // Service is the write path and the actor's button read.
@@ -163,6 +167,9 @@ func (s *Service) ApplyLocal(ctx context.Context, req Request) (ForwardResult, e
 	req.Epoch = epoch
 	req.Now = s.cfg.Clock.Now().UnixMilli()
 	req.IdemTTLms = s.cfg.IdemTTL.Milliseconds()
+	if s.cfg.UnsafeNoIdempotency {
+		req.IdemKey = ""
+	}
 	d, err := s.cfg.Store.Apply(ctx, req)
 	if err != nil {
 		return ForwardResult{}, err

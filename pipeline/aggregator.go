@@ -26,6 +26,12 @@ type Config struct {
 	MaxEvents int
 	// OnError reports a failed window; the aggregator retries on the next tick.
 	OnError func(partition uint32, err error)
+	// UnsafeNoFence disables both exactly-once guards (the hwm fence and the
+	// dedupe) and restarts every aggregator from log position 0, as a consumer
+	// that lost its offsets would. It exists only so the chaos suite can prove
+	// its checker catches the double counts this causes; never set it in a
+	// deployment.
+	UnsafeNoFence bool
 }
 
 func (c *Config) validate() error {
@@ -112,6 +118,9 @@ func (a *Aggregator) Step(ctx context.Context) (n int, caughtUp bool, err error)
 		if a.pos, a.watermark, err = a.cfg.Cells.Position(ctx, a.partition); err != nil {
 			return 0, false, err
 		}
+		if a.cfg.UnsafeNoFence {
+			a.pos = 0
+		}
 		a.loaded = true
 		a.posPub.Store(a.pos)
 		a.wmPub.Store(a.watermark)
@@ -190,11 +199,14 @@ func (a *Aggregator) fold(ctx context.Context, evs []edge.Event, w *Window) erro
 			continue
 		}
 		ck := crdt.CellKey{Item: ev.Item, Region: a.cfg.Region, Shard: a.partition}
-		if ev.Pos <= cells[ck].HWM {
+		if ev.Pos <= cells[ck].HWM && !a.cfg.UnsafeNoFence {
 			continue // fence: this cell already holds the event
 		}
 		ek := EdgeKey{Item: ev.Item, User: ev.User}
 		ap := applied[ek]
+		if a.cfg.UnsafeNoFence {
+			ap = Applied{}
+		}
 		if ev.Kind == edge.KindCorrection {
 			if !ap.Correction.Less(ev.Version) {
 				continue // duplicate
@@ -217,12 +229,18 @@ func (a *Aggregator) fold(ctx context.Context, evs []edge.Event, w *Window) erro
 	}
 	for _, k := range keys {
 		old := cells[k]
-		if w.Through <= old.HWM {
-			continue
-		}
 		var d crdt.Delta
 		if p := deltas[k]; p != nil {
 			d = *p
+		}
+		if a.cfg.UnsafeNoFence && w.Through <= old.HWM {
+			next := old
+			next.P, next.N = old.P+d.P, old.N+d.N
+			w.Cells = append(w.Cells, CellUpdate{Key: k, Expect: old.HWM, Cell: next})
+			continue
+		}
+		if w.Through <= old.HWM {
+			continue
 		}
 		next, err := old.Apply(d, w.Through, w.Watermark)
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"likes/api"
+	"likes/edge"
 	"likes/store/pebblestore"
 )
 
@@ -173,4 +174,24 @@ func (a *admin) quiescent() error {
 		}
 	}
 	return nil
+}
+
+// LogPage is what GET /v1/admin/log answers.
+type LogPage struct {
+	Region     string       `json:"region"`
+	Partitions int          `json:"partitions"`
+	Head       uint64       `json:"head"`
+	Events     []edge.Event `json:"events"`
+}
+
+// Log implements api.Admin.
+func (a *admin) Log(ctx context.Context, partition uint32, after uint64, limit int) (any, error) {
+	evs, head, err := a.r.Store.Read(ctx, partition, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	if evs == nil {
+		evs = []edge.Event{}
+	}
+	return LogPage{Region: a.r.cfg.Name, Partitions: a.r.Store.Partitions(), Head: head.Pos, Events: evs}, nil
 }

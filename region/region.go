@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -55,9 +56,47 @@ type Config struct {
 	// Cluster, when set, makes this region one of several (pins, leases,
 	// replication, forwarding); nil runs a single region owning every range.
 	Cluster *Cluster
-	Clock   clock.Clock
-	Logger  *slog.Logger
+	// Unsafe breaks guarantees on purpose, for the chaos suite's proof that its
+	// checker can fail. Never set in a deployment.
+	Unsafe Unsafe
+	Clock  clock.Clock
+	Logger *slog.Logger
 }
+
+// Unsafe lists the guarantees that can be switched off for testing the checker.
+type Unsafe struct {
+	// NoFence: aggregators replay from position 0 without the hwm fence or dedupe.
+	NoFence bool
+	// NoIdempotency: idempotency keys are ignored.
+	NoIdempotency bool
+	// NoLeaseCheck: the region writes any range its (possibly stale) pin table
+	// gives it, ignoring lease freshness and notBefore.
+	NoLeaseCheck bool
+}
+
+// ParseUnsafe parses a comma list of "fence", "idempotency", "lease".
+func ParseUnsafe(list string) (Unsafe, error) {
+	var u Unsafe
+	if list == "" {
+		return u, nil
+	}
+	for _, f := range strings.Split(list, ",") {
+		switch f {
+		case "fence":
+			u.NoFence = true
+		case "idempotency":
+			u.NoIdempotency = true
+		case "lease":
+			u.NoLeaseCheck = true
+		default:
+			return u, fmt.Errorf("unknown guarantee %q (want fence, idempotency or lease)", f)
+		}
+	}
+	return u, nil
+}
+
+// Any reports whether any guarantee is off.
+func (u Unsafe) Any() bool { return u.NoFence || u.NoIdempotency || u.NoLeaseCheck }
 
 // Region is one running region.
 type Region struct {
@@ -100,6 +139,9 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 		cfg.IPBurst = max(1, int(2*cfg.IPRate))
 	}
 	log := cfg.Logger.With("region", cfg.Name)
+	if cfg.Unsafe.Any() {
+		log.Warn("UNSAFE: guarantees are switched off for testing", "unsafe", fmt.Sprintf("%+v", cfg.Unsafe))
+	}
 	st, err := pebblestore.Open(pebblestore.Options{
 		Dir: filepath.Join(cfg.DataDir, cfg.Name), Region: cfg.Name, Partitions: cfg.Partitions, Clock: cfg.Clock,
 	})
@@ -119,13 +161,16 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 			return fail(err)
 		}
 		authority, forwarder = r.cluster.authority, r.cluster.forwarder
+		if cfg.Unsafe.NoLeaseCheck {
+			authority = noLeaseAuthority{a: r.cluster.authority, self: cfg.Name}
+		}
 		if len(cfg.Cluster.Regions) > 0 {
 			regions = cfg.Cluster.Regions
 		}
 	}
 	r.Service, err = edge.NewService(edge.ServiceConfig{
 		Store: st, Overlay: inproc.NewOverlay(cfg.Clock, 30*time.Second), Clock: cfg.Clock,
-		Authority: authority, Forwarder: forwarder,
+		Authority: authority, Forwarder: forwarder, UnsafeNoIdempotency: cfg.Unsafe.NoIdempotency,
 	})
 	if err != nil {
 		return fail(err)
@@ -134,7 +179,7 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 		r.cluster.serve(r.Service)
 	}
 	r.Aggs, err = pipeline.NewGroup(ctx, pipeline.Config{
-		Region: cfg.Name, Log: st, Cells: st, Clock: cfg.Clock, Window: cfg.Window,
+		Region: cfg.Name, Log: st, Cells: st, Clock: cfg.Clock, Window: cfg.Window, UnsafeNoFence: cfg.Unsafe.NoFence,
 		OnError: func(p uint32, err error) { log.Warn("aggregator window failed; retrying", "partition", p, "err", err) },
 	})
 	if err != nil {

@@ -296,8 +296,25 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	gossip := fs.String("gossip", "127.0.0.1:7946", "memberlist bind address")
 	seeds := fs.String("seeds", "", "comma-separated memberlist addresses of other regions")
 	etcd := fs.String("etcd", "", "comma-separated etcd endpoints, e.g. http://127.0.0.1:2379 (required)")
+	peerAddrs := fs.String("peer-addrs", "", "region=host:port,… overriding the gRPC address used to reach a peer (e.g. through a proxy)")
+	antiEntropy := fs.Duration("anti-entropy", 30*time.Second, "replication anti-entropy digest interval")
+	unsafe := fs.String("unsafe-break", "", "TESTING ONLY: switch guarantees off (fence,idempotency,lease) to prove the chaos checker fails")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	brk, err := region.ParseUnsafe(*unsafe)
+	if err != nil {
+		return fmt.Errorf("--unsafe-break: %w", err)
+	}
+	overrides := map[string]string{}
+	if *peerAddrs != "" {
+		for _, kv := range strings.Split(*peerAddrs, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" || v == "" {
+				return fmt.Errorf("--peer-addrs: want region=host:port, got %q", kv)
+			}
+			overrides[k] = v
+		}
 	}
 	if *name == "" || *regions == "" || *etcd == "" {
 		return errors.New("run: --region, --regions and --etcd are required")
@@ -341,7 +358,9 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			Etcd: cli, Epoch: epoch.Config{Ranges: c.ranges, TTL: c.ttl}, Regions: names,
 			GRPCListen: *grpcAddr, HTTPAdvertise: "http://" + ln.Addr().String(),
 			GossipBind: gHost, GossipPort: gPort, Seeds: seedList,
+			PeerAddrs: overrides, AntiEntropy: *antiEntropy,
 		},
+		Unsafe: brk,
 	})
 	if err != nil {
 		_ = ln.Close()

@@ -189,6 +189,17 @@ func (s *Store) loadHeads() error {
 		}
 		s.lastTime = max(s.lastTime, ev.EventTime)
 	}
+	// A committed watermark is a CompleteThrough this store handed out before
+	// the restart: events written from now on must be stamped after it, even if
+	// the clock has not moved past it (or stepped back), or the watermark would
+	// claim events that are not applied yet.
+	for p := 0; p < s.opts.Partitions; p++ {
+		_, wm, err := s.Position(context.Background(), uint32(p))
+		if err != nil {
+			return err
+		}
+		s.issued = max(s.issued, wm)
+	}
 	return nil
 }
 

@@ -3,6 +3,7 @@ package pebblestore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -202,5 +203,40 @@ func TestOptionsValidated(t *testing.T) {
 	s := openMem(t, 2, nil)
 	if _, _, err := s.Read(context.Background(), 2, 0, 10); err == nil {
 		t.Fatal("Read of a partition out of range succeeded")
+	}
+}
+
+// TestWatermarkHonestAcrossRestart: a watermark committed before a restart
+// stays honest for events written after it, even when the clock has not moved
+// (or went backwards) across the restart.
+func TestWatermarkHonestAcrossRestart(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	for _, back := range []time.Duration{0, 5 * time.Second} {
+		clk := clock.NewFake(time.UnixMilli(t0))
+		open := func(c clock.Clock) *pebblestore.Store {
+			s, err := pebblestore.Open(pebblestore.Options{Dir: fmt.Sprintf("/db%d", back), FS: fs, Region: "r1", Partitions: 1, Clock: c, CacheBytes: 1 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+		s := open(clk)
+		if _, err := s.Apply(ctx, edgetest.Like("i", "a", "k", 1, t0)); err != nil {
+			t.Fatal(err)
+		}
+		pipelinetest.CatchUp(t, pipelinetest.NewAggregators(t, pipeline.Config{Region: "r1", Log: s, Cells: s, Clock: clk}))
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// The clock after the restart is at or before the committed watermark.
+		s = open(clock.NewFake(clk.Now().Add(-back)))
+		if _, err := s.Apply(ctx, edgetest.Like("i", "b", "k", 1, t0)); err != nil {
+			t.Fatal(err)
+		}
+		(&pipelinetest.WatermarkChecker{Log: s, Cells: s}).Check(t, 0)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

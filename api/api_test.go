@@ -974,3 +974,50 @@ func TestHealthAndReady(t *testing.T) {
 		t.Fatalf("count of a new item: %+v", c)
 	}
 }
+
+func TestAdminEndpoints(t *testing.T) {
+	e := newRegionEnv(t, nil)
+	admin, alice := e.token("root", true), e.token("alice", false)
+	for _, c := range []call{
+		{method: "GET", path: "/v1/admin/status"},
+		{method: "POST", path: "/v1/admin/reconcile", body: []byte(`{}`)},
+		{method: "GET", path: "/v1/admin/log?partition=0"},
+	} {
+		wantError(t, e.do(c), 401, "unauthenticated")
+		c.token = alice
+		wantError(t, e.do(c), 403, "forbidden")
+	}
+	r := e.do(call{method: "GET", path: "/v1/admin/status", token: admin})
+	if r.status != 200 || !strings.Contains(string(r.body), `"region":"us"`) {
+		t.Fatalf("status: %v", r)
+	}
+	for _, q := range []string{"", "?partition=x", "?partition=0&after=-1", "?partition=0&limit=0", "?partition=0&limit=10001"} {
+		wantError(t, e.do(call{method: "GET", path: "/v1/admin/log" + q, token: admin}), 400, "invalid_query")
+	}
+	recon := func(body string) resp {
+		return e.do(call{method: "POST", path: "/v1/admin/reconcile", token: admin, body: []byte(body)})
+	}
+	wantError(t, recon(`{"itemId":"x","extra":true}`), 400, "bad_json")
+	wantError(t, recon(`{"itemId":"a\u0001"}`), 400, "invalid_id")
+
+	// Once settled, the recount of LIKED edges equals the summed cells.
+	for i, u := range []string{"a", "b", "c"} {
+		mustAnswer(t, e.like(e.token(u, false), "recon", fmt.Sprint("k", i)), true, true)
+	}
+	mustAnswer(t, e.unlike(e.token("b", false), "b", "recon", "u"), false, true)
+	if got := e.countAfter("recon", time.Now()).Count; got != 2 {
+		t.Fatalf("count = %d, want 2", got)
+	}
+	r = recon(`{"itemId":"recon"}`)
+	var rep struct {
+		Items      int               `json:"itemsChecked"`
+		Mismatched []json.RawMessage `json:"mismatched"`
+	}
+	if r.status != 200 || json.Unmarshal(r.body, &rep) != nil || rep.Items != 1 || len(rep.Mismatched) != 0 {
+		t.Fatalf("reconcile of a settled item: %v", r)
+	}
+
+	// A server without operator endpoints answers 404 to admins.
+	k := newKit(t, kitOptions{})
+	wantError(t, k.do(call{method: "GET", path: "/v1/admin/status", token: k.token("root", true)}), 404, "not_found")
+}

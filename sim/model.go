@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 
 	"likes/crdt"
@@ -203,6 +204,23 @@ func (s *sim) checkEpoch(r *region, req edge.Request) {
 		s.failf("epoch safety: %s wrote range %d under epoch %d after a write under epoch %d", r.name, g, e, s.maxEpoch[g])
 	}
 	s.maxEpoch[g] = e
+	s.pins[g][e-1].writes++
+}
+
+// countChains counts ranges that went A→B→C through three distinct regions by
+// two unplanned failovers in a row, with writes accepted in all three epochs.
+func (s *sim) countChains() int {
+	n := 0
+	for _, ps := range s.pins {
+		for e := 0; e+2 < len(ps); e++ {
+			a, b, c := ps[e], ps[e+1], ps[e+2]
+			if !b.planned && !c.planned && a.writes > 0 && b.writes > 0 && c.writes > 0 &&
+				a.pin.Region != b.pin.Region && b.pin.Region != c.pin.Region && a.pin.Region != c.pin.Region {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 func (s *sim) itemIdx(item string) int {
@@ -320,7 +338,7 @@ func (s *sim) checkFinal() {
 			n, err := r.st.Count(s.ctx, item)
 			s.must(err, "count")
 			if n != liked[i] {
-				s.failf("count: %s counts %d for %s, %d edges are LIKED (%s)", r.name, n, item, liked[i], s.cellReport(item))
+				s.failf("count: %s counts %d for %s, %d edges are LIKED (%s)%s", r.name, n, item, liked[i], s.cellReport(item), s.edgeReport(item))
 			}
 		}
 	}
@@ -338,6 +356,7 @@ func (s *sim) checkFinal() {
 			}
 		}
 	}
+	s.stats.Chains = s.countChains()
 	// Watermarks: honest, and live after healing.
 	logs := s.readLogs()
 	var last int64
@@ -398,6 +417,59 @@ func (s *sim) cellReport(item string) string {
 			}
 		}
 		out += "; "
+	}
+	return out
+}
+
+// edgeReport lists the edges of item whose logged deltas (over every
+// region's log) do not telescope to their final state, with their events.
+func (s *sim) edgeReport(item string) string {
+	logs := s.readLogs()
+	out := ""
+	for _, user := range s.users {
+		e, _, err := s.regions[0].st.Edge(s.ctx, item, user)
+		s.must(err, "edge")
+		var sum int64
+		lines := ""
+		for ri := range logs {
+			for p, evs := range logs[ri] {
+				for _, ev := range evs {
+					if ev.Item != item || ev.User != user {
+						continue
+					}
+					if ev.Kind.Counted() {
+						sum += int64(ev.Delta)
+					}
+					lines += fmt.Sprintf("\n    %s/%d@%d t=%d %s v=%v %v delta=%+d", s.names[ri], p, ev.Pos, ev.EventTime,
+						ev.Kind, ev.Version, ev.State, ev.Delta)
+				}
+			}
+		}
+		if sum != int64(e.State.Counts()) {
+			out += fmt.Sprintf("\n  edge %s/%s final %v/%v, logged deltas sum to %d:%s", item, user, e.Version, e.State, sum, lines)
+		}
+	}
+	if out != "" {
+		return out
+	}
+	out = "\n  every edge's logged deltas telescope to its state: the aggregators lost or double-counted an event"
+	for ri, r := range s.regions {
+		for p, evs := range logs[ri] {
+			key := crdt.CellKey{Item: item, Region: r.name, Shard: uint32(p)}
+			cells, err := r.st.Cells(s.ctx, []crdt.CellKey{key})
+			s.must(err, "cells")
+			var sum int64
+			lines := ""
+			for _, ev := range evs {
+				if ev.Item == item && ev.Kind.Counted() {
+					sum += int64(ev.Delta)
+					lines += fmt.Sprintf("\n    @%d t=%d %s %s v=%v %v delta=%+d", ev.Pos, ev.EventTime, ev.User, ev.Kind, ev.Version, ev.State, ev.Delta)
+				}
+			}
+			if c := cells[key]; c.Value() != sum {
+				out += fmt.Sprintf("\n  cell %v = %+v (value %d), its log events sum to %d:%s", key, c, c.Value(), sum, lines)
+			}
+		}
 	}
 	return out
 }

@@ -30,6 +30,9 @@ type Options struct {
 	Steps int
 	// Trace, when set, receives one line per action (replay with a trace).
 	Trace io.Writer
+	// Test names the test that replays this configuration (default TestSim),
+	// for the replay command a failure prints.
+	Test string
 	// Fixed, when set, overrides the fault mix the seed would draw (for tests
 	// that need a particular kind of schedule).
 	Fixed func(*Knobs)
@@ -70,11 +73,12 @@ type Failure struct {
 	Seed uint64
 	Step int
 	Msg  string
+	Test string
 }
 
 func (f *Failure) Error() string {
-	return fmt.Sprintf("sim seed %d, step %d: %s\nreplay: LIKES_SIM_SEED=%d go test ./sim -run TestSim -v",
-		f.Seed, f.Step, f.Msg, f.Seed)
+	return fmt.Sprintf("sim seed %d, step %d: %s\nreplay: LIKES_SIM_SEED=%d go test ./sim -run '^%s$' -v",
+		f.Seed, f.Step, f.Msg, f.Seed, f.Test)
 }
 
 // Knobs is the fault mix of a run (drawn from the seed).
@@ -103,8 +107,8 @@ func drawKnobs(r *rand.Rand) Knobs {
 	w := func(lo, hi int) int { return lo + r.IntN(hi-lo+1) }
 	k := Knobs{
 		Regions: 3, Ranges: 8, Partitions: 4, Items: 4, Users: 16,
-		WWrite: w(25, 50), WStep: w(5, 20), WSend: w(8, 20), WDeliver: w(10, 30), WClock: w(4, 12),
-		WPartition: w(0, 3), WEtcd: w(0, 2), WPlanned: w(0, 3), WUnplanned: w(0, 4),
+		WWrite: w(25, 50), WStep: w(5, 20), WSend: w(8, 20), WDeliver: w(10, 30), WClock: w(8, 16),
+		WPartition: w(1, 4), WEtcd: w(1, 3), WPlanned: w(0, 3), WUnplanned: w(0, 4),
 		WCrash: w(0, 2), WRestart: w(1, 4), WSync: w(0, 3), WCheck: w(0, 2),
 		PDrop:          float64(r.IntN(4)) * 0.05,
 		PDup:           float64(r.IntN(3)) * 0.05,
@@ -142,6 +146,9 @@ func Run(opts Options) (st Stats, err error) {
 	if opts.Steps == 0 {
 		opts.Steps = 400
 	}
+	if opts.Test == "" {
+		opts.Test = "TestSim"
+	}
 	s := newSim(opts)
 	defer func() {
 		if p := recover(); p != nil {
@@ -149,6 +156,7 @@ func Run(opts Options) (st Stats, err error) {
 			if !ok {
 				f = &Failure{Seed: opts.Seed, Step: s.step, Msg: fmt.Sprintf("panic: %v\n%s", p, debug.Stack())}
 			}
+			f.Test = opts.Test
 			err = f
 		}
 		s.closeAll()
@@ -169,6 +177,7 @@ type pinRec struct {
 	pin     epoch.Pin
 	planned bool
 	from    string
+	writes  int // writes and no-ops accepted under this epoch
 }
 
 type sim struct {
@@ -184,6 +193,7 @@ type sim struct {
 	regions []*region
 	items   []string
 	users   []string
+	usersOf [][]int // users by range
 	links   [][]*link // [from][to]
 	nextMsg uint64
 
@@ -238,8 +248,11 @@ func newSim(opts Options) *sim {
 	for i := 0; i < k.Items; i++ {
 		s.items = append(s.items, fmt.Sprintf("i%d", i))
 	}
+	s.usersOf = make([][]int, k.Ranges)
 	for i := 0; i < k.Users; i++ {
 		s.users = append(s.users, fmt.Sprintf("u%02d", i))
+		g := edge.RangeOf(s.users[i], k.Ranges)
+		s.usersOf[g] = append(s.usersOf[g], i)
 	}
 	s.links = make([][]*link, k.Regions)
 	for a := range s.links {
@@ -430,9 +443,9 @@ func (s *sim) refreshEtcd() {
 func (s *sim) advanceClock() {
 	var d time.Duration
 	switch x := s.rng.IntN(100); {
-	case x < 70:
+	case x < 50:
 		d = time.Duration(1+s.rng.IntN(300)) * time.Millisecond
-	case x < 95:
+	case x < 85:
 		d = time.Duration(300+s.rng.IntN(1700)) * time.Millisecond
 	default:
 		d = time.Duration(2000+s.rng.IntN(4000)) * time.Millisecond
@@ -456,6 +469,15 @@ func (s *sim) aggStep() {
 
 func (s *sim) togglePartition() {
 	a, b := s.pick(len(s.regions)), s.pick(len(s.regions))
+	if s.rng.IntN(2) == 0 {
+		for x := range s.links { // heal a cut more often than cutting anew
+			for y, l := range s.links[x] {
+				if l != nil && l.cut {
+					a, b = x, y
+				}
+			}
+		}
+	}
 	if a == b {
 		return
 	}
@@ -472,6 +494,12 @@ func (s *sim) togglePartition() {
 
 func (s *sim) toggleEtcd() {
 	r := s.regions[s.pick(len(s.regions))]
+	for _, c := range s.regions {
+		if !c.etcdUp && s.rng.IntN(2) == 0 {
+			r = c // heal a cut more often than cutting anew
+			break
+		}
+	}
 	r.etcdUp = !r.etcdUp
 	if r.etcdUp {
 		if !r.down() {
@@ -563,15 +591,44 @@ func (s *sim) plannedMove() {
 // notBefore without the old owner's unreplicated tail.
 func (s *sim) unplannedMove() {
 	g := s.chooseRange()
+	if s.rng.IntN(5) < 3 {
+		// Continue a chain: a range whose current epoch came from an
+		// unplanned failover and has taken writes.
+		var cands []int
+		for r, ps := range s.pins {
+			if last := ps[len(ps)-1]; len(ps) > 1 && !last.planned && last.writes > 0 {
+				cands = append(cands, r)
+			}
+		}
+		if len(cands) > 0 {
+			g = cands[s.pick(len(cands))]
+		}
+	}
 	cur := s.current(g)
+	if s.clk.Now().Before(cur.NotBefore) && s.rng.IntN(5) != 0 {
+		return // mostly let an epoch start before failing it over again
+	}
 	from := s.regions[s.idx(cur.Region)]
 	to := s.regions[(from.idx+1+s.pick(len(s.regions)-1))%len(s.regions)]
-	prev := s.pins[g][len(s.pins[g])-1]
-	from.etcdUp = false
-	s.stats.EtcdCuts++
-	if s.rng.Float64() < s.k.PUnplannedIsolate {
+	if to.down() || !to.etcdUp {
+		return // the controller moves ranges to live regions only
+	}
+	// The old owner is cut off from etcd (its proof ages out), or only from
+	// its peers (it sees the move and stops at once), or dies.
+	mode := "etcd"
+	switch x := s.rng.Float64(); {
+	case x < s.k.PUnplannedCrash:
+		mode = "crash"
+	case x < s.k.PUnplannedCrash+0.3:
+		mode = "peers"
+	}
+	if mode == "etcd" {
+		from.etcdUp = false
+		s.stats.EtcdCuts++
+	}
+	if mode == "peers" || s.rng.Float64() < s.k.PUnplannedIsolate {
 		for b := range s.regions {
-			if b != from.idx && s.rng.IntN(4) != 0 {
+			if b != from.idx && (mode == "peers" || s.rng.IntN(4) != 0) {
 				s.links[from.idx][b].cut = true
 				s.stats.Partitions++
 			}
@@ -579,11 +636,8 @@ func (s *sim) unplannedMove() {
 	}
 	p := s.movePin(g, to.name, s.clk.Now().Add(leaseTTL+maxSkew), false)
 	s.stats.UnplannedMoves++
-	if !prev.planned && prev.from != "" && prev.from != to.name && len(s.pins[g]) >= 3 {
-		s.stats.Chains++
-	}
-	s.tracef("unplanned move range %d %s→%s epoch %d notBefore +%v", g, from.name, to.name, p.Epoch, leaseTTL+maxSkew)
-	if !from.down() && s.rng.Float64() < s.k.PUnplannedCrash {
+	s.tracef("unplanned move range %d %s→%s epoch %d notBefore +%v (old owner: %s)", g, from.name, to.name, p.Epoch, leaseTTL+maxSkew, mode)
+	if mode == "crash" && !from.down() {
 		s.crash(from)
 	}
 }
@@ -748,7 +802,7 @@ func (s *sim) clientRequest() {
 		return
 	}
 	if req == nil {
-		i, u := s.pick(len(s.items)), s.pick(len(s.users))
+		i, u := s.pick(len(s.items)), s.pickUser()
 		target := crdt.Liked
 		if s.edges[i][u].last == crdt.Liked {
 			target = crdt.Unliked
@@ -761,6 +815,24 @@ func (s *sim) clientRequest() {
 		s.requests = append(s.requests, req)
 	}
 	s.send(req)
+}
+
+// pickUser prefers users of the most recently moved range, so that writes
+// meet failovers (tails, first touches, corrections).
+func (s *sim) pickUser() int {
+	if s.rng.IntN(2) == 0 {
+		best, bestStep := -1, 0
+		for g, st := range s.lastMove {
+			if st > bestStep {
+				best, bestStep = g, st
+			}
+		}
+		if best >= 0 && len(s.usersOf[best]) > 0 {
+			us := s.usersOf[best]
+			return us[s.pick(len(us))]
+		}
+	}
+	return s.pick(len(s.users))
 }
 
 // retryCandidate is an earlier request, preferring ones whose outcome the
@@ -808,10 +880,14 @@ func (s *sim) conflictRequest() *request {
 func (s *sim) ingress(user int) *region {
 	g := int(edge.RangeOf(s.users[user], s.k.Ranges))
 	name := s.current(g).Region
+	stale := s.k.PStaleIngress
+	if s.clk.Now().Before(s.current(g).NotBefore) {
+		stale = 0.6 // a failover in progress: clients still reach the old owner
+	}
 	switch x := s.rng.Float64(); {
-	case x < s.k.PStaleIngress && len(s.pins[g]) > 1:
+	case x < stale && len(s.pins[g]) > 1:
 		name = s.pins[g][len(s.pins[g])-2].pin.Region
-	case x < s.k.PStaleIngress+s.k.PRandomIngress:
+	case x < stale+s.k.PRandomIngress:
 		name = s.names[s.pick(len(s.names))]
 	}
 	return s.regions[s.idx(name)]
@@ -862,7 +938,7 @@ func (s *sim) send(req *request) {
 }
 
 func (s *sim) retract() {
-	i, u := s.pick(len(s.items)), s.pick(len(s.users))
+	i, u := s.pick(len(s.items)), s.pickUser()
 	in := s.ingress(u)
 	if in.down() {
 		return

@@ -1,9 +1,7 @@
 package sim
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"runtime"
 	"sort"
@@ -76,15 +74,7 @@ func runSeeds(seeds []uint64, opts func(seed uint64) Options) ([]Stats, []error)
 func TestSim(t *testing.T) {
 	seeds, single := seedsFromEnv(t)
 	if single {
-		var trace io.Writer
-		if testing.Verbose() {
-			trace = os.Stdout
-		}
-		st, err := Run(Options{Seed: seeds[0], Trace: trace})
-		t.Logf("stats: %+v", st)
-		if err != nil {
-			t.Fatal(err)
-		}
+		replay(t, Options{Seed: seeds[0]})
 		return
 	}
 	start := time.Now()
@@ -110,6 +100,18 @@ func TestSim(t *testing.T) {
 	}
 }
 
+// replay runs one seed, with a trace on stdout under -v.
+func replay(t *testing.T, o Options) {
+	if testing.Verbose() {
+		o.Trace = os.Stdout
+	}
+	st, err := Run(o)
+	t.Logf("stats: %+v", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestSimDeterministic: the same seed gives the same run, twice.
 func TestSimDeterministic(t *testing.T) {
 	for _, seed := range []uint64{3, 17, 42} {
@@ -129,17 +131,27 @@ func TestSimChains(t *testing.T) {
 	if testing.Short() {
 		n = 20
 	}
+	if v := os.Getenv("LIKES_SIM_SEEDS"); v != "" {
+		n, _ = strconv.Atoi(v)
+	}
 	var seeds []uint64
 	for i := 0; i < n; i++ {
 		seeds = append(seeds, 10_000+uint64(i))
 	}
-	stats, errs := runSeeds(seeds, func(seed uint64) Options {
-		return Options{Seed: seed, Fixed: func(k *Knobs) {
+	opts := func(seed uint64) Options {
+		return Options{Seed: seed, Steps: 600, Test: "TestSimChains", Fixed: func(k *Knobs) {
 			k.WUnplanned = 6
 			k.WPlanned = 1
+			k.WEtcd = 4
+			k.WClock = 14
 			k.PUnplannedIsolate = 0.8
 		}}
-	})
+	}
+	if seeds, single := seedsFromEnv(t); single {
+		replay(t, opts(seeds[0]))
+		return
+	}
+	stats, errs := runSeeds(seeds, opts)
 	withChain, withCorr := 0, 0
 	for i, err := range errs {
 		if err != nil {
@@ -192,4 +204,3 @@ func addStats(a, b Stats) Stats {
 	return a
 }
 
-var _ = errors.New

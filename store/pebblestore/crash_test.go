@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"likes/clock"
@@ -295,14 +296,38 @@ func (w *crashWorld) round(crash bool) {
 		for range reqs {
 			<-finished
 		}
+		for p := range w.parts {
+			w.wc.Check(w.t, uint32(p)) // new events never fall under a committed watermark
+		}
 		return
 	}
 	waitFor := w.rng.IntN(len(reqs) + 1)
 	for range waitFor {
 		<-finished
 	}
-	if w.rng.IntN(2) == 0 {
+	switch w.rng.IntN(3) {
+	case 0:
 		w.step(w.rng.IntN(w.parts))
+	case 1:
+		// Caught-up aggregators commit the head's CompleteThrough as their
+		// watermark: the restart must not stamp new events at or below it.
+		for p := range w.parts {
+			for i := 0; i < 1000; i++ {
+				_, caughtUp, err := w.aggs[p].Step(context.Background())
+				if err != nil && !errors.Is(err, errFault) {
+					w.fatalf("Step(%d): %v", p, err)
+				}
+				if caughtUp && err == nil {
+					break
+				}
+			}
+		}
+		if w.rng.IntN(2) == 0 {
+			// The OS wrote the unsynced aggregator commits out before the power went.
+			if err := w.s.DB().LogData(nil, pebble.Sync); err != nil {
+				w.fatalf("sync: %v", err)
+			}
+		}
 	}
 	pct := []int{0, 10, 50, 90, 100}[w.rng.IntN(5)]
 	w.mu.Lock()
@@ -317,6 +342,10 @@ func (w *crashWorld) round(crash bool) {
 	w.frozen = false
 	w.mu.Unlock()
 	w.fs = crashed
+	if w.rng.IntN(2) == 0 {
+		// The machine comes back with its clock stepped back a little.
+		w.clk.Advance(-time.Duration(w.rng.IntN(5)) * time.Millisecond)
+	}
 	w.open()
 }
 

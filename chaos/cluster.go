@@ -1,0 +1,719 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"likes/auth"
+	"likes/chaos/proxy"
+	"likes/epoch"
+)
+
+// BuildLikesd compiles likesd (without -race) into dir and returns the
+// binary's path. It runs `go build` in the module that holds this package.
+func BuildLikesd(ctx context.Context, dir string) (string, error) {
+	root, err := moduleRoot(ctx)
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "likesd")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/likesd")
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build likesd: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// moduleRoot finds the directory of the `likes` module from the working
+// directory (the module root under `go run`, the package folder under `go test`).
+func moduleRoot(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("not inside the likes module: run from the repository")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// ClusterConfig configures the processes of one chaos run.
+type ClusterConfig struct {
+	Binary      string // likesd
+	Dir         string // everything goes under it
+	Regions     []string
+	Secret      string
+	LeaseTTL    time.Duration
+	Window      time.Duration
+	AntiEntropy time.Duration
+	Partitions  int
+	Ranges      int
+	Unsafe      string // --unsafe-break
+	Logf        func(format string, args ...any)
+}
+
+// Link is a directed link: From dials To ("etcd" for the etcd link).
+type Link struct{ From, To string }
+
+func (l Link) String() string { return l.From + "->" + l.To }
+
+// EtcdNode names etcd in links.
+const EtcdNode = "etcd"
+
+// proc is one OS process (its own process group).
+type proc struct {
+	name string
+	args []string
+	env  []string
+	log  string
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{}
+	stopped bool // SIGSTOPped
+}
+
+func (p *proc) start(bin string) error {
+	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(f, "=== %s start %s: %s %s\n", p.name, time.Now().Format(time.RFC3339Nano), bin, strings.Join(p.args, " "))
+	cmd := exec.Command(bin, p.args...)
+	cmd.Env = p.env
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		_ = f.Close()
+		close(done)
+	}()
+	p.mu.Lock()
+	p.cmd, p.done, p.stopped = cmd, done, false
+	p.mu.Unlock()
+	return nil
+}
+
+// running reports whether the process is alive (maybe stopped).
+func (p *proc) running() bool {
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return false
+	default:
+		return true
+	}
+}
+
+// signal sends sig to the process group.
+func (p *proc) signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return fmt.Errorf("%s: not started", p.name)
+	}
+	switch sig {
+	case syscall.SIGSTOP:
+		p.stopped = true
+	case syscall.SIGCONT:
+		p.stopped = false
+	}
+	return syscall.Kill(-p.cmd.Process.Pid, sig)
+}
+
+// kill sends SIGKILL to the group and waits for the process (bounded).
+func (p *proc) kill(timeout time.Duration) error {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.stopped = false
+	p.mu.Unlock()
+	if cmd == nil || done == nil {
+		return nil
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("%s (pid %d) did not exit within %v of SIGKILL", p.name, cmd.Process.Pid, timeout)
+	}
+}
+
+// Region is one likesd run process and its addresses.
+type Region struct {
+	Name   string
+	HTTP   string // host:port
+	GRPC   string
+	Gossip string
+	proc   *proc
+}
+
+// URL is the region's base URL.
+func (r *Region) URL() string { return "http://" + r.HTTP }
+
+// Cluster is etcd, the regions and the proxies of one chaos run.
+type Cluster struct {
+	cfg      ClusterConfig
+	etcd     *proc
+	etcdAddr string
+	regions  map[string]*Region
+	proxies  map[Link]*proxy.Proxy
+	cli      *clientv3.Client
+	dir      *epoch.Directory
+	ecfg     epoch.Config
+	admin    string
+	http     *http.Client
+	ports    map[int]bool
+}
+
+// StartCluster starts etcd, the proxies and every region, and waits until all
+// regions serve and replicate to each other. On error everything started is
+// stopped.
+func StartCluster(ctx context.Context, cfg ClusterConfig) (c *Cluster, err error) {
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	ecfg, err := epoch.Config{Ranges: cfg.Ranges, TTL: cfg.LeaseTTL}.WithDefaults()
+	if err != nil {
+		return nil, err
+	}
+	c = &Cluster{
+		cfg: cfg, ecfg: ecfg, regions: map[string]*Region{}, proxies: map[Link]*proxy.Proxy{}, ports: map[int]bool{},
+		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}},
+	}
+	defer func() {
+		if err != nil {
+			c.Close()
+			c = nil
+		}
+	}()
+	c.admin, err = auth.Sign([]byte(cfg.Secret), "chaos-admin", true, 12*time.Hour, time.Now())
+	if err != nil {
+		return c, err
+	}
+	logs := filepath.Join(cfg.Dir, "logs")
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		return c, err
+	}
+	env := append(os.Environ(), auth.EnvSecret+"="+cfg.Secret)
+
+	// etcd: client port P, peer port P+1.
+	etcdPort, err := c.freePair()
+	if err != nil {
+		return c, err
+	}
+	c.etcdAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(etcdPort))
+	c.etcd = &proc{name: "etcd", env: env, log: filepath.Join(logs, "etcd.log"), args: []string{
+		"etcd", "--client-port", strconv.Itoa(etcdPort), "--data", filepath.Join(cfg.Dir, "data", "etcd"),
+	}}
+	if err := c.etcd.start(cfg.Binary); err != nil {
+		return c, err
+	}
+	c.cli, err = epoch.NewClient([]string{"http://" + c.etcdAddr})
+	if err != nil {
+		return c, err
+	}
+	if err := poll(ctx, 30*time.Second, 100*time.Millisecond, func() error {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_, err := c.cli.Get(cctx, "/likes/meta/ranges")
+		return err
+	}); err != nil {
+		return c, fmt.Errorf("etcd did not come up: %w (see %s)", err, c.etcd.log)
+	}
+	c.dir, err = epoch.NewDirectory(c.cli, ecfg)
+	if err != nil {
+		return c, err
+	}
+
+	for _, name := range cfg.Regions {
+		r := &Region{Name: name}
+		for _, p := range []*string{&r.HTTP, &r.GRPC} {
+			port, err := c.freePort(false)
+			if err != nil {
+				return c, err
+			}
+			*p = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		}
+		gp, err := c.freePort(true)
+		if err != nil {
+			return c, err
+		}
+		r.Gossip = net.JoinHostPort("127.0.0.1", strconv.Itoa(gp))
+		c.regions[name] = r
+	}
+	// One proxy per directed link.
+	for _, from := range cfg.Regions {
+		if err := c.addProxy(Link{from, EtcdNode}, c.etcdAddr); err != nil {
+			return c, err
+		}
+		for _, to := range cfg.Regions {
+			if to != from {
+				if err := c.addProxy(Link{from, to}, c.regions[to].GRPC); err != nil {
+					return c, err
+				}
+			}
+		}
+	}
+	for i, name := range cfg.Regions {
+		r := c.regions[name]
+		var seeds, peers []string
+		for _, other := range cfg.Regions {
+			if other == name {
+				continue
+			}
+			seeds = append(seeds, c.regions[other].Gossip)
+			peers = append(peers, other+"="+c.proxies[Link{name, other}].Addr())
+		}
+		args := []string{"run",
+			"--region", name, "--regions", strings.Join(cfg.Regions, ","),
+			"--etcd", "http://" + c.proxies[Link{name, EtcdNode}].Addr(),
+			"--http", r.HTTP, "--grpc", r.GRPC, "--gossip", r.Gossip,
+			"--seeds", strings.Join(seeds, ","), "--peer-addrs", strings.Join(peers, ","),
+			"--data", filepath.Join(cfg.Dir, "data"),
+			"--lease-ttl", cfg.LeaseTTL.String(), "--window", cfg.Window.String(),
+			"--anti-entropy", cfg.AntiEntropy.String(),
+			"--partitions", strconv.Itoa(cfg.Partitions), "--ranges", strconv.Itoa(cfg.Ranges),
+		}
+		if cfg.Unsafe != "" {
+			args = append(args, "--unsafe-break", cfg.Unsafe)
+		}
+		r.proc = &proc{name: name, env: env, args: args, log: filepath.Join(logs, name+".log")}
+		if err := r.proc.start(cfg.Binary); err != nil {
+			return c, err
+		}
+		if i == 0 {
+			// The first region creates the pins; wait for it so the others
+			// do not race it with a different view.
+			if err := c.waitHealthy(ctx, r, 60*time.Second); err != nil {
+				return c, err
+			}
+		}
+	}
+	for _, name := range cfg.Regions {
+		if err := c.waitHealthy(ctx, c.regions[name], 60*time.Second); err != nil {
+			return c, err
+		}
+	}
+	if err := c.WaitReplicating(ctx, 60*time.Second); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) addProxy(l Link, upstream string) error {
+	p, err := proxy.New(l.String(), "127.0.0.1:0", upstream)
+	if err != nil {
+		return err
+	}
+	c.proxies[l] = p
+	return nil
+}
+
+// freePort finds a port free on loopback (also for UDP when udp is set:
+// memberlist binds both) that this cluster has not handed out yet.
+func (c *Cluster) freePort(udp bool) (int, error) {
+	for range 200 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ok := !c.ports[port]
+		if ok && udp {
+			u, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+			if err != nil {
+				ok = false
+			} else {
+				_ = u.Close()
+			}
+		}
+		_ = ln.Close()
+		if ok {
+			c.ports[port] = true
+			return port, nil
+		}
+	}
+	return 0, errors.New("no free port found")
+}
+
+// freePair finds P such that P and P+1 are free.
+func (c *Cluster) freePair() (int, error) {
+	for range 200 {
+		p, err := c.freePort(false)
+		if err != nil {
+			return 0, err
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+1)))
+		if err != nil || c.ports[p+1] {
+			if ln != nil {
+				_ = ln.Close()
+			}
+			continue
+		}
+		_ = ln.Close()
+		c.ports[p+1] = true
+		return p, nil
+	}
+	return 0, errors.New("no free port pair found")
+}
+
+// poll calls f every interval until it succeeds, ctx ends or timeout passes.
+func poll(ctx context.Context, timeout, interval time.Duration, f func() error) error {
+	deadline := time.Now().Add(timeout)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %v: %w", timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func (c *Cluster) waitHealthy(ctx context.Context, r *Region, timeout time.Duration) error {
+	err := poll(ctx, timeout, 100*time.Millisecond, func() error {
+		if !r.proc.running() {
+			return fmt.Errorf("region %s exited", r.Name)
+		}
+		var h map[string]string
+		return c.getJSON(ctx, r, "/healthz", false, &h)
+	})
+	if err != nil {
+		return fmt.Errorf("region %s not healthy: %w (see %s)", r.Name, err, r.proc.log)
+	}
+	return nil
+}
+
+// Status is the part of GET /v1/admin/status the suite reads.
+type Status struct {
+	Region        string            `json:"region"`
+	Watermarks    map[string]string `json:"watermarks"`
+	AsOf          time.Time         `json:"asOf"`
+	AggregatorLag uint64            `json:"aggregatorLagEvents"`
+	Partitions    int               `json:"partitions"`
+	Replication   []PeerStatus      `json:"replication"`
+	LastKeepalive string            `json:"lastKeepaliveAgo"`
+	PinsOwned     int               `json:"pinsOwned"`
+}
+
+// PeerStatus is one replication peer in a status (replication.PeerStats).
+type PeerStatus struct {
+	Region        string
+	Active        bool
+	Handshaken    bool
+	LagEvents     uint64
+	CellsCaughtUp bool
+	Consecutive   int
+	LastError     string
+}
+
+// Status reads a region's admin status.
+func (c *Cluster) Status(ctx context.Context, name string) (Status, error) {
+	var st Status
+	err := c.getJSON(ctx, c.regions[name], "/v1/admin/status", true, &st)
+	return st, err
+}
+
+// replicatingTo checks that st ships to every other region and is caught up.
+func (c *Cluster) replicatingTo(st Status) error {
+	for _, other := range c.cfg.Regions {
+		if other == st.Region {
+			continue
+		}
+		found := false
+		for _, p := range st.Replication {
+			if p.Region == other && p.Active {
+				found = true
+				if !p.Handshaken || p.LagEvents > 0 || !p.CellsCaughtUp {
+					return fmt.Errorf("%s→%s: handshaken %v, lag %d events, cells caught up %v (last error %q)",
+						st.Region, other, p.Handshaken, p.LagEvents, p.CellsCaughtUp, p.LastError)
+				}
+			}
+		}
+		if !found {
+			return fmt.Errorf("%s does not replicate to %s", st.Region, other)
+		}
+	}
+	return nil
+}
+
+// WaitReplicating waits until every region replicates to every other one with
+// no lag.
+func (c *Cluster) WaitReplicating(ctx context.Context, timeout time.Duration) error {
+	return poll(ctx, timeout, 200*time.Millisecond, func() error {
+		for _, name := range c.cfg.Regions {
+			st, err := c.Status(ctx, name)
+			if err != nil {
+				return err
+			}
+			if err := c.replicatingTo(st); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Quiesce waits until, at every region, aggregators and replication have no
+// lag and asOf has passed since (so every region's cells up to since are
+// everywhere), twice in a row at least a second apart. It returns the last
+// statuses.
+func (c *Cluster) Quiesce(ctx context.Context, since time.Time, timeout time.Duration) (map[string]Status, error) {
+	var last map[string]Status
+	var firstOK time.Time
+	err := poll(ctx, timeout, 250*time.Millisecond, func() error {
+		now := time.Now()
+		sts := map[string]Status{}
+		bar := since
+		if !firstOK.IsZero() {
+			bar = firstOK
+		}
+		for _, name := range c.cfg.Regions {
+			st, err := c.Status(ctx, name)
+			if err != nil {
+				firstOK = time.Time{}
+				return err
+			}
+			sts[name] = st
+			last = sts
+			if st.AggregatorLag > 0 {
+				firstOK = time.Time{}
+				return fmt.Errorf("%s: aggregator lag %d events", name, st.AggregatorLag)
+			}
+			if err := c.replicatingTo(st); err != nil {
+				firstOK = time.Time{}
+				return err
+			}
+			if st.AsOf.Before(bar) {
+				firstOK = time.Time{}
+				return fmt.Errorf("%s: asOf %s is before %s", name, st.AsOf.Format(time.RFC3339Nano), bar.Format(time.RFC3339Nano))
+			}
+		}
+		if firstOK.IsZero() {
+			firstOK = now
+			return errors.New("quiet once; confirming")
+		}
+		if now.Sub(firstOK) < time.Second {
+			return errors.New("confirming")
+		}
+		return nil
+	})
+	return last, err
+}
+
+func (c *Cluster) getJSON(ctx context.Context, r *Region, path string, admin bool, out any) error {
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(cctx, http.MethodGet, r.URL()+path, nil)
+	if err != nil {
+		return err
+	}
+	if admin {
+		req.Header.Set("Authorization", "Bearer "+c.admin)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s%s: %d %s", r.Name, path, resp.StatusCode, strings.TrimSpace(string(body)))
+	}
+	return json.Unmarshal(body, out)
+}
+
+// Regions lists the region names.
+func (c *Cluster) Regions() []string { return append([]string(nil), c.cfg.Regions...) }
+
+// Region returns a region.
+func (c *Cluster) Region(name string) *Region { return c.regions[name] }
+
+// Etcd is the runner's own (direct, never proxied) etcd client.
+func (c *Cluster) Etcd() *clientv3.Client { return c.cli }
+
+// Directory is the pins directory over the runner's client.
+func (c *Cluster) Directory() *epoch.Directory { return c.dir }
+
+// EpochConfig is the cluster's epoch configuration.
+func (c *Cluster) EpochConfig() epoch.Config { return c.ecfg }
+
+// AdminToken is an admin bearer token.
+func (c *Cluster) AdminToken() string { return c.admin }
+
+// SetLink sets one directed link's mode.
+func (c *Cluster) SetLink(l Link, m proxy.Mode) error {
+	p, ok := c.proxies[l]
+	if !ok {
+		return fmt.Errorf("no link %s", l)
+	}
+	p.SetMode(m)
+	return nil
+}
+
+// PeerLinks are the links between region and the other regions, both ways.
+func (c *Cluster) PeerLinks(region string) []Link {
+	var out []Link
+	for _, other := range c.cfg.Regions {
+		if other != region {
+			out = append(out, Link{region, other}, Link{other, region})
+		}
+	}
+	return out
+}
+
+// HealLinks sets every link back to pass.
+func (c *Cluster) HealLinks() {
+	for _, p := range c.proxies {
+		p.SetMode(proxy.Mode{Kind: proxy.Pass})
+	}
+}
+
+// LinkStats reports every proxy's counters, by link name.
+func (c *Cluster) LinkStats() map[string]proxy.Stats {
+	out := map[string]proxy.Stats{}
+	for l, p := range c.proxies {
+		out[l.String()] = p.Stats()
+	}
+	return out
+}
+
+// Kill sends SIGKILL to a region's process group and waits for it.
+func (c *Cluster) Kill(name string) error { return c.regions[name].proc.kill(10 * time.Second) }
+
+// Restart starts a killed region again on the same data folder and ports, and
+// waits until it serves.
+func (c *Cluster) Restart(ctx context.Context, name string) error {
+	r := c.regions[name]
+	if r.proc.running() {
+		return fmt.Errorf("region %s is still running", name)
+	}
+	// The ports were just released; a restart can race their reuse by the
+	// kernel only for TIME_WAIT, which Go's SO_REUSEADDR tolerates.
+	if err := r.proc.start(c.cfg.Binary); err != nil {
+		return err
+	}
+	return c.waitHealthy(ctx, r, 60*time.Second)
+}
+
+// Pause SIGSTOPs a region; Resume SIGCONTs it.
+func (c *Cluster) Pause(name string) error  { return c.regions[name].proc.signal(syscall.SIGSTOP) }
+func (c *Cluster) Resume(name string) error { return c.regions[name].proc.signal(syscall.SIGCONT) }
+
+// Running reports whether a region's process is alive.
+func (c *Cluster) Running(name string) bool { return c.regions[name].proc.running() }
+
+// HealAll heals every link, resumes paused regions and restarts dead ones.
+func (c *Cluster) HealAll(ctx context.Context) error {
+	c.HealLinks()
+	var errs []error
+	for _, name := range c.cfg.Regions {
+		r := c.regions[name]
+		r.proc.mu.Lock()
+		stopped := r.proc.stopped
+		r.proc.mu.Unlock()
+		if stopped {
+			errs = append(errs, c.Resume(name))
+		}
+		if !r.proc.running() {
+			errs = append(errs, c.Restart(ctx, name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// OwnedRanges counts the pins per region (a direct etcd read).
+func (c *Cluster) OwnedRanges(ctx context.Context) (map[string]int, error) {
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	pins, err := c.dir.Pins(cctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, p := range pins {
+		out[p.Region]++
+	}
+	return out, nil
+}
+
+// LogFiles lists the process log files.
+func (c *Cluster) LogFiles() []string {
+	out := []string{c.etcd.log}
+	for _, r := range c.regions {
+		out = append(out, r.proc.log)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Close kills every process (regions first, then etcd) and closes the proxies
+// and clients. Safe on a partly started cluster; idempotent.
+func (c *Cluster) Close() {
+	if c.cli != nil {
+		_ = c.cli.Close()
+		c.cli = nil
+	}
+	for _, r := range c.regions {
+		if r.proc != nil {
+			if err := r.proc.kill(10 * time.Second); err != nil {
+				c.cfg.Logf("cleanup: %v", err)
+			}
+		}
+	}
+	if c.etcd != nil {
+		if err := c.etcd.kill(10 * time.Second); err != nil {
+			c.cfg.Logf("cleanup: %v", err)
+		}
+	}
+	for l, p := range c.proxies {
+		_ = p.Close()
+		delete(c.proxies, l)
+	}
+	if t, ok := c.http.Transport.(*http.Transport); ok {
+		t.CloseIdleConnections()
+	}
+}

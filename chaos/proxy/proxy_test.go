@@ -1,0 +1,170 @@
+package proxy
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// echo starts a line echo server and returns its address.
+func echo(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				_, _ = io.Copy(c, c)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func newProxy(t *testing.T) *Proxy {
+	t.Helper()
+	p, err := New("test", "127.0.0.1:0", echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+func dial(t *testing.T, p *Proxy) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", p.Addr(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// roundTrip sends a line and reads it back within d.
+func roundTrip(c net.Conn, d time.Duration) (time.Duration, error) {
+	start := time.Now()
+	_ = c.SetDeadline(start.Add(d))
+	if _, err := c.Write([]byte("ping\n")); err != nil {
+		return 0, err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	if line != "ping\n" {
+		return 0, errors.New("garbled: " + line)
+	}
+	return time.Since(start), nil
+}
+
+func TestPass(t *testing.T) {
+	p := newProxy(t)
+	c := dial(t, p)
+	if _, err := roundTrip(c, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if s := p.Stats(); s.Accepted != 1 || s.BytesUp != 5 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestDelay(t *testing.T) {
+	p := newProxy(t)
+	p.SetMode(Mode{Kind: Pass, Delay: 100 * time.Millisecond})
+	c := dial(t, p)
+	d, err := roundTrip(c, 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d < 200*time.Millisecond { // delayed each way
+		t.Fatalf("round trip %v, want >= 200ms", d)
+	}
+}
+
+func TestBlackholeThenHeal(t *testing.T) {
+	p := newProxy(t)
+	c := dial(t, p)
+	if _, err := roundTrip(c, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p.SetMode(Mode{Kind: Blackhole})
+	if _, err := roundTrip(c, 200*time.Millisecond); err == nil {
+		t.Fatal("bytes passed a blackholed link")
+	}
+	held := dial(t, p) // accepted and held: no error, no answer
+	if _, err := roundTrip(held, 200*time.Millisecond); err == nil {
+		t.Fatal("a new connection passed a blackholed link")
+	}
+	p.SetMode(Mode{Kind: Pass})
+	// Both connections lost bytes: they are closed, never resumed.
+	for _, cc := range []net.Conn{c, held} {
+		_ = cc.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, err := cc.Read(make([]byte, 16)); err == nil || isTimeout(err) {
+			t.Fatalf("dirty connection not closed on heal: %v", err)
+		}
+	}
+	if _, err := roundTrip(dial(t, p), 2*time.Second); err != nil {
+		t.Fatalf("after heal: %v", err)
+	}
+}
+
+func TestReset(t *testing.T) {
+	p := newProxy(t)
+	c := dial(t, p)
+	if _, err := roundTrip(c, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p.SetMode(Mode{Kind: Reset})
+	if _, err := roundTrip(c, 2*time.Second); err == nil || isTimeout(err) {
+		t.Fatalf("open connection survived a reset: %v", err)
+	}
+	if _, err := roundTrip(dial(t, p), 2*time.Second); err == nil || isTimeout(err) {
+		t.Fatalf("new connection passed a reset link: %v", err)
+	}
+	p.SetMode(Mode{Kind: Pass})
+	if _, err := roundTrip(dial(t, p), 2*time.Second); err != nil {
+		t.Fatalf("after heal: %v", err)
+	}
+}
+
+func TestCloseWaits(t *testing.T) {
+	p, err := New("test", "127.0.0.1:0", echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, p)
+	if _, err := roundTrip(c, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p.SetMode(Mode{Kind: Blackhole})
+	_ = dial(t, p)
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

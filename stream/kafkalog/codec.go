@@ -1,0 +1,289 @@
+package kafkalog
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"likes/crdt"
+	"likes/edge"
+)
+
+// Record headers. Every record the relay writes carries HeaderFormat and
+// HeaderSrcPos; HeaderWM rides on the last event of a batch that reached the
+// source head and on every heartbeat.
+const (
+	// HeaderFormat is the value encoding's version ("1").
+	HeaderFormat = "v"
+	// HeaderSrcPos is the source log position the relay has published through
+	// once this record is in Kafka (decimal).
+	HeaderSrcPos = "src-pos"
+	// HeaderWM is the source partition's CompleteThrough (Unix ms, decimal) as
+	// read together with the events up to HeaderSrcPos: every event with
+	// EventTime <= wm is at this record's offset or before it.
+	HeaderWM = "wm"
+
+	// DLQ headers added to a parked record.
+	HeaderDLQTopic     = "dlq-topic"
+	HeaderDLQPartition = "dlq-partition"
+	HeaderDLQOffset    = "dlq-offset"
+	HeaderDLQError     = "dlq-error"
+)
+
+const formatV1 = "1"
+
+// ErrUnknownFormat is returned by Log.Read for a record written in a format
+// version this build does not know (a newer relay). It is not poison: the
+// record is fine, this reader is old, so the partition stalls until upgraded
+// instead of dropping counts.
+var ErrUnknownFormat = errors.New("kafkalog: record format version unknown to this build")
+
+var errPoison = errors.New("kafkalog: undecodable record")
+
+// recordKey is the record key: item#bucket, the unit edge.PartitionOf places.
+func recordKey(item string, bucket uint32) []byte {
+	return []byte(item + "#" + strconv.FormatUint(uint64(bucket), 10))
+}
+
+// encodeEvent is the v1 value of an event record. Partition and Pos are not
+// encoded: they are the record's placement in Kafka.
+func encodeEvent(ev edge.Event) []byte {
+	b := make([]byte, 0, 32+len(ev.Item)+len(ev.User))
+	b = append(b, byte(ev.Kind), byte(ev.State))
+	b = binary.AppendUvarint(b, uint64(ev.Bucket))
+	b = binary.AppendVarint(b, int64(ev.Delta))
+	b = binary.AppendUvarint(b, ev.Version.Epoch)
+	b = binary.AppendUvarint(b, ev.Version.Op)
+	b = binary.AppendVarint(b, ev.EventTime)
+	b = appendStr(b, ev.Item)
+	b = appendStr(b, ev.User)
+	if ev.Idem == nil {
+		return append(b, 0)
+	}
+	flags := byte(1)
+	if ev.Idem.Liked {
+		flags |= 2
+	}
+	if ev.Idem.Changed {
+		flags |= 4
+	}
+	b = append(b, flags)
+	b = appendStr(b, ev.Idem.Key)
+	b = appendStr(b, ev.Idem.Fingerprint)
+	return binary.AppendVarint(b, ev.Idem.ExpiresAt)
+}
+
+func appendStr(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail() {
+	if d.err == nil {
+		d.err = errPoison
+	}
+}
+
+func (d *decoder) byte() byte {
+	if d.err != nil || len(d.b) == 0 {
+		d.fail()
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) str() string {
+	n := d.uvarint()
+	if d.err != nil || n > uint64(len(d.b)) {
+		d.fail()
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+// decodeEvent inverts encodeEvent, strictly: anything but an exact, plausible
+// encoding is poison.
+func decodeEvent(v []byte) (edge.Event, error) {
+	d := decoder{b: v}
+	var ev edge.Event
+	ev.Kind = edge.Kind(d.byte())
+	ev.State = crdt.State(d.byte())
+	bucket := d.uvarint()
+	delta := d.varint()
+	ev.Version.Epoch = d.uvarint()
+	ev.Version.Op = d.uvarint()
+	ev.EventTime = d.varint()
+	ev.Item = d.str()
+	ev.User = d.str()
+	if flags := d.byte(); d.err == nil && flags != 0 {
+		if flags&^7 != 0 || flags&1 == 0 {
+			d.fail()
+		}
+		ev.Idem = &edge.IdemRef{Liked: flags&2 != 0, Changed: flags&4 != 0}
+		ev.Idem.Key = d.str()
+		ev.Idem.Fingerprint = d.str()
+		ev.Idem.ExpiresAt = d.varint()
+	}
+	switch {
+	case d.err != nil:
+		return edge.Event{}, d.err
+	case len(d.b) != 0:
+		return edge.Event{}, fmt.Errorf("%w: %d trailing bytes", errPoison, len(d.b))
+	case ev.Kind < edge.KindFlip || ev.Kind > edge.KindReconcile:
+		return edge.Event{}, fmt.Errorf("%w: kind %d", errPoison, ev.Kind)
+	case ev.State > crdt.Erased:
+		return edge.Event{}, fmt.Errorf("%w: state %d", errPoison, ev.State)
+	case bucket >= edge.Buckets:
+		return edge.Event{}, fmt.Errorf("%w: bucket %d", errPoison, bucket)
+	case delta < math.MinInt32 || delta > math.MaxInt32:
+		return edge.Event{}, fmt.Errorf("%w: delta %d", errPoison, delta)
+	case ev.Item == "":
+		return edge.Event{}, fmt.Errorf("%w: empty item", errPoison)
+	}
+	ev.Bucket = uint32(bucket)
+	ev.Delta = int32(delta)
+	return ev, nil
+}
+
+func header(r *kgo.Record, key string) (string, bool) {
+	for i := len(r.Headers) - 1; i >= 0; i-- {
+		if r.Headers[i].Key == key {
+			return string(r.Headers[i].Value), true
+		}
+	}
+	return "", false
+}
+
+func intHeader(r *kgo.Record, key string) (int64, bool, error) {
+	s, ok := header(r, key)
+	if !ok {
+		return 0, false, nil
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("%w: header %s=%q", errPoison, key, s)
+	}
+	return v, true, nil
+}
+
+// parsed is one Kafka record as the log sees it.
+type parsed struct {
+	event  *edge.Event // nil for a heartbeat
+	srcPos uint64
+	hasSrc bool
+	wm     int64
+	hasWM  bool
+}
+
+// parseRecord classifies a record: an event (Value set), a heartbeat (empty
+// Value, HeaderWM set), poison (errPoison: undecodable, or not ours), or a
+// record of a newer format (ErrUnknownFormat).
+func parseRecord(r *kgo.Record) (parsed, error) {
+	var p parsed
+	f, ok := header(r, HeaderFormat)
+	if !ok {
+		return p, fmt.Errorf("%w: no %q header", errPoison, HeaderFormat)
+	}
+	if f != formatV1 {
+		if n, err := strconv.Atoi(f); err == nil && n > 1 {
+			return p, fmt.Errorf("%w: %q=%q at offset %d", ErrUnknownFormat, HeaderFormat, f, r.Offset)
+		}
+		return p, fmt.Errorf("%w: %q=%q", errPoison, HeaderFormat, f)
+	}
+	wm, hasWM, err := intHeader(r, HeaderWM)
+	if err != nil {
+		return p, err
+	}
+	sp, hasSrc, err := intHeader(r, HeaderSrcPos)
+	if err != nil {
+		return p, err
+	}
+	if sp < 0 {
+		return p, fmt.Errorf("%w: negative %s", errPoison, HeaderSrcPos)
+	}
+	p.wm, p.hasWM, p.srcPos, p.hasSrc = wm, hasWM, uint64(sp), hasSrc
+	if len(r.Value) == 0 {
+		if !hasWM {
+			return p, fmt.Errorf("%w: empty value without %q", errPoison, HeaderWM)
+		}
+		return p, nil
+	}
+	ev, err := decodeEvent(r.Value)
+	if err != nil {
+		return p, err
+	}
+	p.event = &ev
+	return p, nil
+}
+
+// eventRecord is the record the relay writes for ev.
+func eventRecord(topic string, ev edge.Event) *kgo.Record {
+	return &kgo.Record{
+		Topic:     topic,
+		Partition: int32(ev.Partition),
+		Key:       recordKey(ev.Item, ev.Bucket),
+		Value:     encodeEvent(ev),
+		Timestamp: timeOf(ev.EventTime),
+		Headers: []kgo.RecordHeader{
+			{Key: HeaderFormat, Value: []byte(formatV1)},
+			{Key: HeaderSrcPos, Value: strconv.AppendUint(nil, ev.Pos, 10)},
+		},
+	}
+}
+
+func withWM(r *kgo.Record, wm int64) {
+	r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderWM, Value: strconv.AppendInt(nil, wm, 10)})
+}
+
+// heartbeatRecord carries the source watermark of an idle partition.
+func heartbeatRecord(topic string, partition uint32, srcPos uint64, wm int64) *kgo.Record {
+	r := &kgo.Record{
+		Topic:     topic,
+		Partition: int32(partition),
+		Headers: []kgo.RecordHeader{
+			{Key: HeaderFormat, Value: []byte(formatV1)},
+			{Key: HeaderSrcPos, Value: strconv.AppendUint(nil, srcPos, 10)},
+		},
+	}
+	withWM(r, wm)
+	return r
+}

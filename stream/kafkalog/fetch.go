@@ -1,0 +1,215 @@
+package kafkalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// errOutOfRange is a fetch offset outside [log start, end].
+var errOutOfRange = errors.New("kafkalog: offset out of range")
+
+// fetcher reads one partition at an arbitrary offset with a raw, sessionless
+// Fetch to the partition's leader. The Log contract is random access by
+// position, which a consumer group's streaming fetches are not; a raw fetch is
+// stateless, so any reader can serve any partition from any position.
+type fetcher struct {
+	cl       *kgo.Client
+	adm      *kadm.Client
+	topic    string
+	parts    int
+	maxBytes int32
+	dec      kgo.Decompressor
+
+	mu      sync.Mutex
+	leaders []int32 // nil: reload
+	topicID [16]byte
+}
+
+func newFetcher(cl *kgo.Client, topic string, parts int, maxBytes int32) *fetcher {
+	return &fetcher{cl: cl, adm: kadm.NewClient(cl), topic: topic, parts: parts, maxBytes: maxBytes, dec: kgo.DefaultDecompressor()}
+}
+
+func (f *fetcher) invalidate() {
+	f.mu.Lock()
+	f.leaders = nil
+	f.mu.Unlock()
+}
+
+// leader returns the leader of partition p and the topic id.
+func (f *fetcher) leader(ctx context.Context, p uint32) (int32, [16]byte, error) {
+	f.mu.Lock()
+	if f.leaders != nil {
+		l, id := f.leaders[p], f.topicID
+		f.mu.Unlock()
+		return l, id, nil
+	}
+	f.mu.Unlock()
+	tds, err := f.adm.ListTopics(ctx, f.topic)
+	if err != nil {
+		return 0, [16]byte{}, fmt.Errorf("kafkalog: metadata of %q: %w", f.topic, err)
+	}
+	td, ok := tds[f.topic]
+	if !ok {
+		return 0, [16]byte{}, fmt.Errorf("kafkalog: topic %q: %w", f.topic, kerr.UnknownTopicOrPartition)
+	}
+	if td.Err != nil {
+		return 0, [16]byte{}, fmt.Errorf("kafkalog: topic %q: %w", f.topic, td.Err)
+	}
+	if len(td.Partitions) != f.parts {
+		return 0, [16]byte{}, fmt.Errorf("kafkalog: topic %q has %d partitions, the log has %d", f.topic, len(td.Partitions), f.parts)
+	}
+	leaders := make([]int32, f.parts)
+	for i := range leaders {
+		pd, ok := td.Partitions[int32(i)]
+		if !ok || pd.Err != nil || pd.Leader < 0 {
+			return 0, [16]byte{}, fmt.Errorf("kafkalog: %s/%d has no leader (%v)", f.topic, i, pd.Err)
+		}
+		leaders[i] = pd.Leader
+	}
+	f.mu.Lock()
+	f.leaders, f.topicID = leaders, td.ID
+	f.mu.Unlock()
+	return leaders[p], td.ID, nil
+}
+
+// fetched is one fetch of one partition.
+type fetched struct {
+	records  []*kgo.Record // offsets >= the fetch offset, in order
+	next     int64         // the offset after everything this fetch covered (control and aborted records included)
+	end      int64         // the last stable offset: records below it are readable
+	logStart int64
+}
+
+func retriable(err error) bool {
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return ke.Retriable ||
+			errors.Is(err, kerr.NotLeaderForPartition) ||
+			errors.Is(err, kerr.UnknownTopicOrPartition) ||
+			errors.Is(err, kerr.UnknownTopicID) ||
+			errors.Is(err, kerr.FencedLeaderEpoch) ||
+			errors.Is(err, kerr.UnknownLeaderEpoch)
+	}
+	return true // transport errors: reconnect and retry
+}
+
+// fetch reads records of partition p from offset on (read_committed: aborted
+// transactional records of foreign producers are never returned).
+func (f *fetcher) fetch(ctx context.Context, p uint32, offset int64) (fetched, error) {
+	var last error
+	for attempt := 0; attempt < 3; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return fetched{}, err
+		}
+		leader, id, err := f.leader(ctx, p)
+		if err != nil {
+			last = err
+			f.invalidate()
+			continue
+		}
+		req := kmsg.NewPtrFetchRequest()
+		req.ReplicaID = -1
+		req.MaxWaitMillis = 0
+		req.MinBytes = 1
+		req.MaxBytes = f.maxBytes
+		req.IsolationLevel = 1
+		req.SessionID = 0
+		req.SessionEpoch = -1
+		rt := kmsg.NewFetchRequestTopic()
+		rt.Topic = f.topic
+		rt.TopicID = id
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.Partition = int32(p)
+		rp.FetchOffset = offset
+		rp.PartitionMaxBytes = f.maxBytes
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, f.cl.Broker(int(leader)))
+		if err != nil {
+			last = fmt.Errorf("kafkalog: fetch %s/%d@%d: %w", f.topic, p, offset, err)
+			f.invalidate()
+			continue
+		}
+		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+			last = fmt.Errorf("kafkalog: fetch %s/%d@%d: %w", f.topic, p, offset, err)
+			f.invalidate()
+			continue
+		}
+		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 || resp.Topics[0].Partitions[0].Partition != int32(p) {
+			return fetched{}, fmt.Errorf("kafkalog: fetch %s/%d@%d: malformed response", f.topic, p, offset)
+		}
+		fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
+			Offset:         offset,
+			IsolationLevel: kgo.ReadCommitted(),
+			Topic:          f.topic,
+			Partition:      int32(p),
+		}, &resp.Topics[0].Partitions[0], f.dec, nil)
+		if fp.Err != nil {
+			if errors.Is(fp.Err, kerr.OffsetOutOfRange) {
+				return fetched{}, f.outOfRange(ctx, p, offset)
+			}
+			last = fmt.Errorf("kafkalog: fetch %s/%d@%d: %w", f.topic, p, offset, fp.Err)
+			if !retriable(fp.Err) {
+				return fetched{}, last
+			}
+			f.invalidate()
+			continue
+		}
+		end := fp.LastStableOffset
+		if end < 0 {
+			end = fp.HighWatermark
+		}
+		out := fetched{next: min(max(next, offset), end), end: end, logStart: fp.LogStartOffset}
+		for _, r := range fp.Records {
+			if r.Offset >= offset && r.Offset < end {
+				out.records = append(out.records, r)
+			}
+		}
+		return out, nil
+	}
+	return fetched{}, last
+}
+
+func (f *fetcher) outOfRange(ctx context.Context, p uint32, offset int64) error {
+	start, end, err := f.bounds(ctx, p)
+	if err != nil {
+		return fmt.Errorf("%w: %s/%d@%d (bounds unknown: %v)", errOutOfRange, f.topic, p, offset, err)
+	}
+	if offset < start {
+		return fmt.Errorf("%w: %s/%d position %d is before the log start %d: records were deleted (retention) before they were applied",
+			errOutOfRange, f.topic, p, offset, start)
+	}
+	return fmt.Errorf("%w: %s/%d position %d is beyond the end %d: positions from another log, or the topic was recreated",
+		errOutOfRange, f.topic, p, offset, end)
+}
+
+// bounds returns the partition's log start and end (high watermark) offsets.
+func (f *fetcher) bounds(ctx context.Context, p uint32) (start, end int64, err error) {
+	starts, err := f.adm.ListStartOffsets(ctx, f.topic)
+	if err != nil {
+		return 0, 0, err
+	}
+	ends, err := f.adm.ListEndOffsets(ctx, f.topic)
+	if err != nil {
+		return 0, 0, err
+	}
+	s, ok1 := starts.Lookup(f.topic, int32(p))
+	e, ok2 := ends.Lookup(f.topic, int32(p))
+	if !ok1 || !ok2 {
+		return 0, 0, fmt.Errorf("kafkalog: no offsets for %s/%d", f.topic, p)
+	}
+	if s.Err != nil {
+		return 0, 0, s.Err
+	}
+	if e.Err != nil {
+		return 0, 0, e.Err
+	}
+	return s.Offset, e.Offset, nil
+}

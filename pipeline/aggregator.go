@@ -66,6 +66,10 @@ type Stats struct {
 	Watermark int64
 	Windows   uint64
 	Events    uint64
+	// Corrections counts branch-correction events folded: each is an older
+	// epoch's write that arrived after a failover had already branched the edge
+	// (an unplanned failover overtook an acknowledged write; counts stay exact).
+	Corrections uint64
 }
 
 // Aggregator folds one log partition into its cells.
@@ -79,11 +83,13 @@ type Aggregator struct {
 	pos       uint64
 	watermark int64
 
-	head    atomic.Uint64
-	posPub  atomic.Uint64
-	wmPub   atomic.Int64
-	windows atomic.Uint64
-	events  atomic.Uint64
+	head        atomic.Uint64
+	posPub      atomic.Uint64
+	wmPub       atomic.Int64
+	windows     atomic.Uint64
+	events      atomic.Uint64
+	corrections atomic.Uint64
+	pending     uint64 // corrections folded into the window being committed
 }
 
 // NewAggregator returns the aggregator of one partition. Step drives it; Group
@@ -98,11 +104,12 @@ func NewAggregator(cfg Config, partition uint32) (*Aggregator, error) {
 // Stats returns the latest progress.
 func (a *Aggregator) Stats() Stats {
 	return Stats{
-		Position:  a.posPub.Load(),
-		Head:      a.head.Load(),
-		Watermark: a.wmPub.Load(),
-		Windows:   a.windows.Load(),
-		Events:    a.events.Load(),
+		Position:    a.posPub.Load(),
+		Head:        a.head.Load(),
+		Watermark:   a.wmPub.Load(),
+		Windows:     a.windows.Load(),
+		Events:      a.events.Load(),
+		Corrections: a.corrections.Load(),
 	}
 }
 
@@ -125,6 +132,7 @@ func (a *Aggregator) Step(ctx context.Context) (n int, caughtUp bool, err error)
 		a.posPub.Store(a.pos)
 		a.wmPub.Store(a.watermark)
 	}
+	a.pending = 0
 	evs, head, err := a.cfg.Log.Read(ctx, a.partition, a.pos, a.cfg.MaxEvents)
 	if err != nil {
 		return 0, false, err
@@ -161,6 +169,7 @@ func (a *Aggregator) Step(ctx context.Context) (n int, caughtUp bool, err error)
 	a.wmPub.Store(a.watermark)
 	a.windows.Add(1)
 	a.events.Add(uint64(len(evs)))
+	a.corrections.Add(a.pending)
 	return len(evs), caughtUp, nil
 }
 
@@ -212,6 +221,7 @@ func (a *Aggregator) fold(ctx context.Context, evs []edge.Event, w *Window) erro
 				continue // duplicate
 			}
 			ap.Correction = ev.Version
+			a.pending++
 		} else {
 			if !ap.Write.Less(ev.Version) {
 				continue // duplicate

@@ -236,6 +236,16 @@ func (r *Region) registerPipelineMetrics() {
 			}
 			return float64(lag)
 		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "likes_branch_corrections_total",
+			Help: "Correction events folded: older-epoch writes that arrived after an unplanned failover branched their edge (acknowledged writes overtaken; counts stay exact).",
+		}, func() float64 {
+			var n uint64
+			for _, s := range r.Aggs.Stats() {
+				n += s.Corrections
+			}
+			return float64(n)
+		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "likes_count_staleness_seconds",
 			Help: "Now minus this region's watermark (the asOf of a fresh count read).",

@@ -59,7 +59,8 @@ func moduleRoot(ctx context.Context) (string, error) {
 // ClusterConfig configures the processes of one chaos run.
 type ClusterConfig struct {
 	Binary      string // likesd
-	Dir         string // everything goes under it
+	Dir         string // data folders go under it
+	LogDir      string // process logs (default Dir/logs)
 	Regions     []string
 	Secret      string
 	LeaseTTL    time.Duration
@@ -222,7 +223,10 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (c *Cluster, err error
 	if err != nil {
 		return c, err
 	}
-	logs := filepath.Join(cfg.Dir, "logs")
+	logs := cfg.LogDir
+	if logs == "" {
+		logs = filepath.Join(cfg.Dir, "logs")
+	}
 	if err := os.MkdirAll(logs, 0o755); err != nil {
 		return c, err
 	}

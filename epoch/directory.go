@@ -273,8 +273,12 @@ func (d *Directory) Move(ctx context.Context, rng uint32, expectEpoch uint64, to
 }
 
 // Drain moves every range pinned to from over to to, each by its own Move at
-// notBefore. A range moved concurrently by someone else is re-read and skipped
-// if it left from. It returns the pins it moved.
+// notBefore, or at Config.NotBefore(now) when that is later: a drain of many
+// ranges can outlast a notBefore computed before it started, and a range must
+// never become writable by to sooner than TTL + MaxSkew after its own move
+// (the old owner may write until TTL − Margin after it). A range moved
+// concurrently by someone else is re-read and skipped if it left from. It
+// returns the pins it moved.
 func (d *Directory) Drain(ctx context.Context, from, to string, notBefore time.Time) ([]Pin, error) {
 	if from == to {
 		return nil, fmt.Errorf("epoch: drain from %q to itself", from)
@@ -286,7 +290,11 @@ func (d *Directory) Drain(ctx context.Context, from, to string, notBefore time.T
 	var moved []Pin
 	for _, p := range pins {
 		for p.Region == from {
-			np, err := d.Move(ctx, p.Range, p.Epoch, to, notBefore)
+			nb := notBefore
+			if floor := d.cfg.NotBefore(time.Now()); nb.Before(floor) {
+				nb = floor
+			}
+			np, err := d.Move(ctx, p.Range, p.Epoch, to, nb)
 			if err == nil {
 				moved = append(moved, np)
 				break

@@ -78,6 +78,7 @@ type common struct {
 	userRate   float64
 	ipRate     float64
 	ttl        time.Duration
+	skew       time.Duration
 	ranges     int
 }
 
@@ -90,6 +91,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.Float64Var(&c.userRate, "user-rate", 20, "writes per second per user (negative: unlimited)")
 	fs.Float64Var(&c.ipRate, "ip-rate", 0, "requests per second per client IP (0: unlimited)")
 	fs.DurationVar(&c.ttl, "lease-ttl", 5*time.Second, "region lease TTL (whole seconds; failover happens after it expires)")
+	fs.DurationVar(&c.skew, "max-skew", 500*time.Millisecond, "assumed bound on clock skew between regions (a moved pin is writable after TTL + skew)")
 	fs.IntVar(&c.ranges, "ranges", 256, "user ranges (units of write authority; fixed at cluster creation)")
 }
 
@@ -232,7 +234,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				seeds = []string{net.JoinHostPort(c.host, fmt.Sprint(*gossipPort))}
 			}
 			return &region.Cluster{
-				Etcd: cli, Epoch: epoch.Config{Ranges: c.ranges, TTL: c.ttl}, Regions: names,
+				Etcd: cli, Epoch: epoch.Config{Ranges: c.ranges, TTL: c.ttl, MaxSkew: c.skew}, Regions: names,
 				GRPCListen:    net.JoinHostPort(c.host, fmt.Sprint(*grpcPort+i)),
 				HTTPAdvertise: "http://" + net.JoinHostPort(c.host, fmt.Sprint(*port+i)),
 				GossipBind:    c.host, GossipPort: *gossipPort + i, Seeds: seeds,
@@ -355,7 +357,7 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Name: *name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: sec,
 		MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger,
 		Cluster: &region.Cluster{
-			Etcd: cli, Epoch: epoch.Config{Ranges: c.ranges, TTL: c.ttl}, Regions: names,
+			Etcd: cli, Epoch: epoch.Config{Ranges: c.ranges, TTL: c.ttl, MaxSkew: c.skew}, Regions: names,
 			GRPCListen: *grpcAddr, HTTPAdvertise: "http://" + ln.Addr().String(),
 			GossipBind: gHost, GossipPort: gPort, Seeds: seedList,
 			PeerAddrs: overrides, AntiEntropy: *antiEntropy,

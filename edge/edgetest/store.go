@@ -509,30 +509,33 @@ func applyAll(t *testing.T, s edge.Store, reqs []edge.Request) []edge.Decision {
 
 func testConcurrentSameKey(t *testing.T, s edge.Store) {
 	n := goroutines()
-	reqs := make([]edge.Request, n)
-	for i := range reqs {
-		reqs[i] = Like("hot", "dup", "same-key", 1, t0+int64(i%3))
-	}
-	writes, replays := 0, 0
-	for _, d := range applyAll(t, s, reqs) {
-		switch d.Action {
-		case edge.ActWrite:
-			writes++
-		case edge.ActReplay:
-			replays++
-		default:
-			t.Fatalf("duplicate request decided %d", d.Action)
+	for round := range 4 {
+		item, user := fmt.Sprintf("hot-%d", round), fmt.Sprintf("dup-%d", round)
+		reqs := make([]edge.Request, n)
+		for i := range reqs {
+			reqs[i] = Like(item, user, "same-key", 1, t0+int64(i%3))
 		}
-		if want := (edge.Answer{Item: "hot", User: "dup", Liked: true, Changed: true}); d.Answer != want {
-			t.Fatalf("duplicate answered %+v, want %+v", d.Answer, want)
+		writes, replays := 0, 0
+		for _, d := range applyAll(t, s, reqs) {
+			switch d.Action {
+			case edge.ActWrite:
+				writes++
+			case edge.ActReplay:
+				replays++
+			default:
+				t.Fatalf("duplicate request decided %d", d.Action)
+			}
+			if want := (edge.Answer{Item: item, User: user, Liked: true, Changed: true}); d.Answer != want {
+				t.Fatalf("duplicate answered %+v, want %+v", d.Answer, want)
+			}
 		}
-	}
-	if writes != 1 || replays != n-1 {
-		t.Fatalf("%d duplicates: %d writes, %d replays; want exactly 1 write", n, writes, replays)
-	}
-	mustEdge(t, s, "hot", "dup", crdt.Liked, crdt.Version{Epoch: 1, Op: 1})
-	if got := AllLikers(t, s, "hot", 100); !slices.Equal(got, []string{"dup"}) {
-		t.Fatalf("likers %v", got)
+		if writes != 1 || replays != n-1 {
+			t.Fatalf("%d duplicates: %d writes, %d replays; want exactly 1 write", n, writes, replays)
+		}
+		mustEdge(t, s, item, user, crdt.Liked, crdt.Version{Epoch: 1, Op: 1})
+		if got := AllLikers(t, s, item, 100); !slices.Equal(got, []string{user}) {
+			t.Fatalf("likers %v", got)
+		}
 	}
 }
 

@@ -201,7 +201,8 @@ func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 // rawProducer produces arbitrary records to the test topics.
 func rawProducer(t *testing.T, cfg Config) *kgo.Client {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchCompression(kgo.NoCompression()))
 	if err != nil {
 		t.Fatal(err)
 	}

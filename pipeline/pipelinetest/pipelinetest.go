@@ -6,12 +6,14 @@
 //
 // What the suite proves:
 //
-//   - Log: every write an Apply reports appears in the log exactly once, in the
-//     partition PartitionOf(item, bucket) names, with the decision's fields; each
-//     partition reads in strictly increasing Pos order; a tailing reader never
-//     finds an event appear behind its cursor (no gap filled out of order), so the
-//     union of what it saw equals a fresh full read; an edge's events are in
-//     version order; event times never decrease along a partition.
+//   - Log: the log holds exactly the Decision.LogEvent of every Apply (each
+//     write's event, and each no-op's idempotency record event), once each, in
+//     the partition PartitionOf(item, bucket) names; each partition reads in
+//     strictly increasing Pos order; a tailing reader never finds an event
+//     appear behind its cursor (no gap filled out of order), so what it saw
+//     equals a fresh full read; an edge's counted events are in version order;
+//     event times never decrease along a partition (the aggregator's watermark
+//     relies on it).
 //   - Head: every event with EventTime <= Head.CompleteThrough has Pos <= Head.Pos,
 //     for heads taken while writers run.
 //   - CellStore: Commit is fenced per cell (errors.Is(err, pipeline.ErrFenced),
@@ -20,9 +22,13 @@
 //   - CountStore: Count sums an item's cells (and only its cells); a region's
 //     watermark is the min over its partitions.
 //   - End to end: aggregators stepped over a random workload of likes, unlikes,
-//     retries and erasures keep every committed watermark honest, and once caught
-//     up every item's Count equals its number of LIKED edges; a replay of the
-//     whole log changes no count.
+//     retries, retractions, erasures, purges and epoch bumps keep every committed
+//     watermark honest (every event with EventTime <= watermark is at or before
+//     the committed position), and once caught up every item's Count equals its
+//     number of LIKED edges; a replay of the whole log changes no count.
+//
+// Helpers (ReadAll, CatchUp, NewAggregators, WatermarkChecker, CheckCounts) are
+// exported for backend-specific tests such as crash tests.
 //
 // The suite never sleeps; when the Harness has a fake clock it advances it.
 package pipelinetest

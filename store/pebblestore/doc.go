@@ -9,10 +9,17 @@
 // one fsync (group commit). Log positions are therefore assigned in commit
 // order, and a reader never sees position n+1 before n.
 //
-// Aggregator commits (cells + dedupe + position + watermark) are a separate
-// batch, atomic, fenced on each cell's HWM under a mutex, and not synced: after a
-// crash Pebble recovers a prefix of batches, so cells and position roll back
-// together and the window is replayed.
+// Aggregator commits (cells + dedupe + position + watermark + cell outbox) are a
+// separate batch, atomic, fenced on each cell's HWM under a mutex. A crash
+// recovers a prefix of batches, so cells and position always roll back together
+// and the window is replayed. Windows that change cells are synced anyway,
+// because their outbox sequence numbers reach peers (see Commit); windows that
+// only move the watermark are not.
+//
+// Replication: the cell outbox (o seq → cell key) lists own cells in change
+// order for shippers; ApplyRemote runs in the writer loop (ordered with local
+// writes) and commits remote edges, idempotency records, branch corrections and
+// the sender's cursor together; MergeCells merges peers' cells by crdt.MergeCell.
 //
 // Key layout (ids never contain control characters, so 0x00 separates them):
 //

@@ -640,7 +640,16 @@ func (s *Store) Commit(_ context.Context, w pipeline.Window) error {
 		_ = b.Set(dedupeKey(k.Item, k.User), encodeApplied(a), nil)
 	}
 	_ = b.Set(posKey(w.Partition), encodePos(w.Through, w.Watermark), nil)
-	if err := b.Commit(pebble.NoSync); err != nil {
+	// Windows that change cells are synced: their outbox sequence numbers are
+	// shipped to peers, whose cursors must never get ahead of what survives a
+	// crash here (else changes reusing those numbers would be skipped until
+	// anti-entropy). Watermark-only windows need no fsync: losing one only
+	// makes asOf older.
+	opt := pebble.NoSync
+	if len(w.Cells) > 0 {
+		opt = pebble.Sync
+	}
+	if err := b.Commit(opt); err != nil {
 		s.cellSeq -= uint64(len(w.Cells))
 		return err
 	}

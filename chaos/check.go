@@ -22,6 +22,7 @@ type LogEvent struct {
 	Delta     int32
 	EventTime int64
 	Kind      uint8
+	Idem      *struct{ Key string }
 }
 
 func (e LogEvent) kind() edge.Kind { return edge.Kind(e.Kind) }
@@ -40,6 +41,7 @@ const (
 	CheckCountEdges  = "count-vs-edges"     // count != number of LIKED edges
 	CheckCountLog    = "count-vs-log"       // count != sum of the logs' deltas
 	CheckAcked       = "acknowledged-write" // final state contradicts acknowledged writes
+	CheckDurable     = "ack-durable"        // an acknowledged write's key is in no region's log
 	CheckErasure     = "erasure"            // an erased user still has a LIKED edge
 	CheckPin         = "pin"                // a write without a valid pin
 	CheckAsOf        = "asof"               // a count claims more freshness than it has
@@ -120,7 +122,7 @@ func Check(in CheckInput) *CheckResult {
 		res.add(Violation{Check: CheckConvergence, Detail: in.Converge.Error()})
 	}
 	res.Windows = failoverWindows(in, res)
-	excused := excuse(in, res.Windows)
+	excused := excuse(in, res, res.Windows)
 	res.ExcusedOps = len(excused)
 	checkFinal(in, res, excused)
 	checkPins(in, res)
@@ -174,20 +176,69 @@ func failoverWindows(in CheckInput, res *CheckResult) []FailoverWindow {
 	return out
 }
 
-// excuse returns the acknowledged ops whose span meets a failover window of
-// their user's range.
-func excuse(in CheckInput, windows []FailoverWindow) map[int64]bool {
+// keyEvent is where an idempotency key was applied: the event that carries it.
+type keyEvent struct {
+	region string
+	epoch  uint64
+	time   int64
+}
+
+// excuse returns the acknowledged ops that an unplanned failover may have
+// overtaken. A like or unlike is excused when the first event carrying its
+// Idempotency-Key was written by the old owner of a range, under the epoch the
+// failover ended, inside the failover's window: that is exactly "acknowledged
+// by the old region and maybe not replicated". A retraction (no key) is excused
+// when its span meets a window of its user's range. An acknowledged like or
+// unlike whose key no region logged is reported (ack-durable).
+func excuse(in CheckInput, res *CheckResult, windows []FailoverWindow) map[int64]bool {
 	byRange := map[uint32][]FailoverWindow{}
 	for _, w := range windows {
 		byRange[w.Range] = append(byRange[w.Range], w)
 	}
+	first := map[string]keyEvent{}
+	for r, evs := range in.Logs {
+		for _, ev := range evs {
+			if ev.Idem == nil || ev.Idem.Key == "" {
+				continue
+			}
+			k := ev.User + "\x00" + ev.Idem.Key
+			if cur, ok := first[k]; !ok || ev.EventTime < cur.time {
+				first[k] = keyEvent{region: r, epoch: ev.Version.Epoch, time: ev.EventTime}
+			}
+		}
+	}
 	out := map[int64]bool{}
+	missing := 0
 	for _, op := range in.Ops {
-		if op.Outcome != OutcomeAck {
+		if op.Outcome != OutcomeAck || op.Kind == KindErase {
 			continue
 		}
-		for _, w := range byRange[edge.RangeOf(op.User, in.Ranges)] {
-			if !op.Invoke.After(w.End) && !op.Ack.Before(w.Start) {
+		ws := byRange[edge.RangeOf(op.User, in.Ranges)]
+		if op.Key == "" {
+			for _, w := range ws {
+				if !op.Invoke.After(w.End) && !op.Ack.Before(w.Start) {
+					out[op.ID] = true
+				}
+			}
+			continue
+		}
+		ke, ok := first[op.User+"\x00"+op.Key]
+		if !ok {
+			if in.Logs != nil {
+				missing++
+				if missing <= 20 {
+					res.add(Violation{Check: CheckDurable, Item: op.Item, User: op.User,
+						Detail: fmt.Sprintf("%s #%d (key %s) was acknowledged by %s at %s but no region's log carries its key",
+							op.Kind, op.ID, op.Key, op.AckRegion, op.Ack.Format("15:04:05.000"))})
+				} else {
+					res.ByCheck[CheckDurable]++
+				}
+			}
+			continue
+		}
+		for _, w := range ws {
+			if ke.region == w.From && ke.epoch+1 == w.Epoch &&
+				ke.time >= w.Start.UnixMilli() && ke.time <= w.End.UnixMilli() {
 				out[op.ID] = true
 			}
 		}

@@ -23,8 +23,15 @@
 // (scripts/bench.sh) starts likesd with --user-rate -1 anyway.
 //
 // Memory is bounded: latencies go into fixed-size log-linear histograms
-// (≈1.6 % relative error, exact max), and per-worker edge state is one bit per
-// (user, item) pair actually touched.
+// (≈1.6 % relative error, exact max), per-worker edge state holds one map entry
+// per (user, item) pair currently liked plus one bit per user for the viral
+// item, and the sampler remembers the items it has read (one per sample).
+//
+// Figures per phase: requests, errors by HTTP status (or timeout/transport),
+// throughput (successful requests per second), latency quantiles of successful
+// requests, staleness quantiles (write phases), and, when Config.ServerCPU is
+// set, the server's CPU per request next to the load generator's own; on a
+// shared machine CPU per request is far steadier than throughput.
 //
 // Safety: Run refuses any URL whose host is not loopback (127.0.0.0/8, ::1 or
 // localhost); see CheckLoopback.

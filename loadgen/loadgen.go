@@ -59,6 +59,11 @@ type Config struct {
 	Seed uint64
 	// Client overrides the HTTP client (default NewClient(Workers, RequestTimeout)).
 	Client *http.Client
+	// ServerCPU, if set, returns the server process's cumulative CPU time (user +
+	// system); each phase then reports server CPU per successful request, a
+	// figure that CPU contention from other processes distorts far less than
+	// throughput.
+	ServerCPU func() (time.Duration, error)
 	// Progress, if set, is called every ProgressEvery (default 1s) during a phase.
 	Progress      func(Progress)
 	ProgressEvery time.Duration
@@ -259,6 +264,8 @@ type workerResult struct {
 
 func (r *runner) phase(ctx context.Context, name string, states []*workerState) PhaseReport {
 	cfg := r.cfg
+	srv0, srvOK := r.serverCPU()
+	cli0, cliOK := selfCPU()
 	start := time.Now()
 	stop := start.Add(cfg.PhaseDuration)
 	var ctr counters
@@ -309,10 +316,30 @@ func (r *runner) phase(ctx context.Context, name string, states []*workerState) 
 		pr.Throughput = float64(pr.OK) / elapsed.Seconds()
 	}
 	pr.Latency = summarize(&lat)
+	if srv1, ok := r.serverCPU(); ok && srvOK {
+		pr.ServerCPUS = (srv1 - srv0).Seconds()
+		if pr.OK > 0 {
+			pr.ServerCPUPerReqUs = float64((srv1 - srv0).Microseconds()) / float64(pr.OK)
+		}
+	}
+	if cli1, ok := selfCPU(); ok && cliOK {
+		pr.ClientCPUS = (cli1 - cli0).Seconds()
+		if pr.OK > 0 {
+			pr.ClientCPUPerReqUs = float64((cli1 - cli0).Microseconds()) / float64(pr.OK)
+		}
+	}
 	if samp != nil {
 		pr.Staleness = samp.report()
 	}
 	return pr
+}
+
+func (r *runner) serverCPU() (time.Duration, bool) {
+	if r.cfg.ServerCPU == nil {
+		return 0, false
+	}
+	d, err := r.cfg.ServerCPU()
+	return d, err == nil
 }
 
 func phaseIndex(name string) int {
@@ -407,6 +434,7 @@ func (r *runner) worker(ctx context.Context, phase string, w int, stop time.Time
 			ctr.req.Add(1)
 			res.errs[transportClass(err)]++
 			ctr.errs.Add(1)
+			time.Sleep(5 * time.Millisecond) // a dead server must not turn this loop into a spin
 			continue
 		}
 		buf, err = readBody(resp.Body, buf[:0])

@@ -41,6 +41,13 @@ type PhaseReport struct {
 	Changed   int64      `json:"changed,omitempty"`
 	Latency   Latency    `json:"latency"`
 	Staleness *Staleness `json:"staleness,omitempty"`
+	// CPU spent during the phase by the server (when Config.ServerCPU is set)
+	// and by this process (the load generator itself), in all and per
+	// successful request.
+	ServerCPUS        float64 `json:"serverCpuS,omitempty"`
+	ServerCPUPerReqUs float64 `json:"serverCpuPerReqUs,omitempty"`
+	ClientCPUS        float64 `json:"clientCpuS,omitempty"`
+	ClientCPUPerReqUs float64 `json:"clientCpuPerReqUs,omitempty"`
 }
 
 // Latency summarizes a histogram in milliseconds.
@@ -143,6 +150,17 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmt.Fprintf(w, "staleness %-15s samples=%d  now-asOf p50/p99/max = %.0f/%.0f/%.0f ms  server stalenessMs p50/p99 = %.0f/%.0f ms  first-read p99 = %.0f ms (%d)  unproven=%d  errors=%s\n",
 				p.Name, s.Samples, s.P50Ms, s.P99Ms, s.MaxMs, s.ServerP50Ms, s.ServerP99Ms, s.FirstReadP99Ms, s.FirstReads, s.Unproven, errString(s.Errors))
 		}
+	}
+	for _, p := range r.Phases {
+		if p.ClientCPUPerReqUs <= 0 {
+			continue
+		}
+		srv := "not measured (no --server-pid)"
+		if p.ServerCPUS > 0 {
+			srv = fmt.Sprintf("%.1f s = %.0f µs/req", p.ServerCPUS, p.ServerCPUPerReqUs)
+		}
+		fmt.Fprintf(w, "cpu       %-15s server %s   load generator %.1f s = %.0f µs/req\n",
+			p.Name, srv, p.ClientCPUS, p.ClientCPUPerReqUs)
 	}
 	u, v := r.Phase(PhaseUniform), r.Phase(PhaseViral)
 	if u != nil && v != nil && u.Throughput > 0 {

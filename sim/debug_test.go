@@ -1,32 +1,31 @@
 package sim
 
 import (
-	"fmt"
 	"testing"
 )
 
-func TestDebugChains(t *testing.T) {
-	for seed := uint64(10000); seed < 10004; seed++ {
-		opts := Options{Seed: seed, Fixed: func(k *Knobs) {
-			k.WUnplanned = 6
-			k.WPlanned = 1
-			k.PUnplannedIsolate = 0.8
-		}}
-		s := newSim(opts)
-		func() {
-			defer func() { recover(); s.closeAll() }()
-			s.start()
-			for s.step = 1; s.step <= 400; s.step++ {
-				s.act()
-			}
-		}()
-		for g, ps := range s.pins {
-			line := fmt.Sprintf("seed %d range %d:", seed, g)
-			for _, p := range ps {
-				line += fmt.Sprintf(" [%s e%d pl=%v w=%d]", p.pin.Region, p.pin.Epoch, p.planned, p.writes)
-			}
-			t.Log(line)
-		}
-		t.Logf("%+v", s.stats)
+func TestDebugIssued(t *testing.T) {
+	seeds := []uint64{}
+	for i := 0; i < 200; i++ {
+		seeds = append(seeds, uint64(50000+i))
 	}
+	_, errs := runSeeds(seeds, func(seed uint64) Options {
+		return Options{Seed: seed, Fixed: func(k *Knobs) {
+			k.WCrash = 6
+			k.WStep = 20
+			k.WClock = 3
+			k.WSync = 3
+			k.RestartAdvance = 0
+		}}
+	})
+	n := 0
+	for _, err := range errs {
+		if err != nil {
+			n++
+			if n < 4 {
+				t.Log(err)
+			}
+		}
+	}
+	t.Logf("%d failed", n)
 }

@@ -135,6 +135,7 @@ func (s *sim) onApply(r *region, req edge.Request, d edge.Decision, err error) {
 			if w := &r.written[ii][uu]; w.Less(reg) {
 				*w = reg
 			}
+			s.checkFresh(r, d.Event)
 		}
 		if km != nil {
 			part := edge.PartitionOf(req.Item, edge.BucketOf(req.User), s.k.Partitions)
@@ -179,6 +180,25 @@ func (s *sim) onApply(r *region, req edge.Request, d edge.Decision, err error) {
 		}
 	} else if d.Action == edge.ActReplay && otherFP == 0 && sameFP == 0 {
 		s.failf("model: replay without a record")
+	}
+}
+
+// checkFresh: an event just committed is in no cell yet, so no region may
+// already hold a watermark of its region at or past its event time.
+func (s *sim) checkFresh(r *region, ev *edge.Event) {
+	if ev == nil || !ev.Kind.Counted() {
+		return
+	}
+	for _, x := range s.regions {
+		if x.down() {
+			continue
+		}
+		wms, err := x.st.Watermarks(s.ctx)
+		s.must(err, "watermarks")
+		if t, ok := wms[r.name]; ok && t >= ev.EventTime {
+			s.failf("watermark honesty: %s committed %s/%s at t=%d (pos %d/%d), but %s already holds %s's watermark %d",
+				r.name, ev.Item, ev.User, ev.EventTime, ev.Partition, ev.Pos, x.name, r.name, t)
+		}
 	}
 }
 

@@ -107,9 +107,9 @@ func drawKnobs(r *rand.Rand) Knobs {
 	w := func(lo, hi int) int { return lo + r.IntN(hi-lo+1) }
 	k := Knobs{
 		Regions: 3, Ranges: 8, Partitions: 4, Items: 4, Users: 16,
-		WWrite: w(25, 50), WStep: w(5, 20), WSend: w(8, 20), WDeliver: w(10, 30), WClock: w(8, 16),
+		WWrite: w(25, 50), WStep: w(5, 20), WSend: w(8, 20), WDeliver: w(10, 30), WClock: w(3, 16),
 		WPartition: w(1, 4), WEtcd: w(1, 3), WPlanned: w(0, 3), WUnplanned: w(0, 4),
-		WCrash: w(0, 2), WRestart: w(1, 4), WSync: w(0, 3), WCheck: w(0, 2),
+		WCrash: w(0, 6), WRestart: w(1, 4), WSync: w(0, 3), WCheck: w(0, 2),
 		PDrop:          float64(r.IntN(4)) * 0.05,
 		PDup:           float64(r.IntN(3)) * 0.05,
 		PReorder:       float64(r.IntN(3)) * 0.15,
@@ -648,6 +648,9 @@ func (s *sim) crashRandom() {
 		return
 	}
 	s.crash(r)
+	if s.rng.IntN(2) == 0 {
+		s.restart(r) // a supervisor restarts the process at once
+	}
 }
 
 // crash kills a region: its filesystem keeps exactly what was synced. With

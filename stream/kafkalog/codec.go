@@ -262,7 +262,6 @@ func eventRecord(topic string, ev edge.Event) *kgo.Record {
 		Partition: int32(ev.Partition),
 		Key:       recordKey(ev.Item, ev.Bucket),
 		Value:     encodeEvent(ev),
-		Timestamp: timeOf(ev.EventTime),
 		Headers: []kgo.RecordHeader{
 			{Key: HeaderFormat, Value: []byte(formatV1)},
 			{Key: HeaderSrcPos, Value: strconv.AppendUint(nil, ev.Pos, 10)},

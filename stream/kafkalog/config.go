@@ -185,33 +185,32 @@ func EnsureTopics(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("kafkalog: client: %w", err)
 	}
 	defer cl.Close()
-	return ensureTopics(ctx, kadm.NewClient(cl), cfg)
+	return ensureTopics(ctx, cl, cfg)
 }
 
-func ensureTopics(ctx context.Context, adm *kadm.Client, cfg Config) error {
-	if err := ensureTopic(ctx, adm, cfg.Topic, int32(cfg.Partitions), cfg.ReplicationFactor, true); err != nil {
+func ensureTopics(ctx context.Context, cl *kgo.Client, cfg Config) error {
+	if err := ensureTopic(ctx, cl, cfg.Topic, int32(cfg.Partitions), cfg.ReplicationFactor, true); err != nil {
 		return err
 	}
-	return ensureTopic(ctx, adm, cfg.DLQTopic, 1, cfg.ReplicationFactor, false)
+	return ensureTopic(ctx, cl, cfg.DLQTopic, 1, cfg.ReplicationFactor, false)
 }
 
-func ensureTopic(ctx context.Context, adm *kadm.Client, topic string, parts int32, rf int16, exact bool) error {
+func ensureTopic(ctx context.Context, cl *kgo.Client, topic string, parts int32, rf int16, exact bool) error {
 	check := func() (exists bool, err error) {
-		tds, err := adm.ListTopics(ctx, topic)
+		m, err := freshMeta(ctx, cl, topic)
 		if err != nil {
-			return false, fmt.Errorf("kafkalog: metadata of %q: %w", topic, err)
+			return false, err
 		}
-		td, ok := tds[topic]
-		if !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
+		if errors.Is(m.err, kerr.UnknownTopicOrPartition) {
 			return false, nil
 		}
-		if td.Err != nil {
-			return false, fmt.Errorf("kafkalog: metadata of %q: %w", topic, td.Err)
+		if m.err != nil {
+			return false, fmt.Errorf("kafkalog: metadata of %q: %w", topic, m.err)
 		}
-		if exact && int32(len(td.Partitions)) != parts {
+		if exact && int32(len(m.leaders)) != parts {
 			return true, fmt.Errorf("kafkalog: topic %q exists with %d partitions, the log has %d; "+
 				"log partitions map one to one to topic partitions, so use another topic or recreate it",
-				topic, len(td.Partitions), parts)
+				topic, len(m.leaders), parts)
 		}
 		return true, nil
 	}
@@ -219,7 +218,7 @@ func ensureTopic(ctx context.Context, adm *kadm.Client, topic string, parts int3
 	if err != nil || exists {
 		return err
 	}
-	resp, err := adm.CreateTopic(ctx, parts, rf, nil, topic)
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, parts, rf, nil, topic)
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 		msg := resp.ErrMessage
 		if msg != "" {
@@ -227,14 +226,48 @@ func ensureTopic(ctx context.Context, adm *kadm.Client, topic string, parts int3
 		}
 		return fmt.Errorf("kafkalog: create topic %q with %d partitions, replication %d: %w%s", topic, parts, rf, err, msg)
 	}
-	// Someone else may have created it first, with other settings.
-	_, err = check()
-	return err
+	// Someone else may have created it first, with other settings. A new
+	// topic's partitions take a moment to be served: wait until every one has
+	// a leader that answers for it.
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		exists, err := check()
+		if err != nil {
+			return err
+		}
+		if exists {
+			if err := servable(ctx, cl, topic); err == nil {
+				return nil
+			} else if !transient(err) {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kafkalog: topic %q created but not ready: %w", topic, ctx.Err())
+		case <-tick.C:
+		}
+	}
 }
 
-func timeOf(ms int64) time.Time {
-	if ms <= 0 {
-		return time.Time{}
+// servable checks that every partition of topic has a leader that answers a
+// ListOffsets for it.
+func servable(ctx context.Context, cl *kgo.Client, topic string) error {
+	m, err := freshMeta(ctx, cl, topic)
+	if err != nil {
+		return err
 	}
-	return time.UnixMilli(ms)
+	if m.err != nil {
+		return m.err
+	}
+	for p, l := range m.leaders {
+		if l < 0 {
+			return kerr.LeaderNotAvailable
+		}
+		if _, err := listOffset(ctx, cl, topic, uint32(p), -1); err != nil {
+			return err
+		}
+	}
+	return nil
 }

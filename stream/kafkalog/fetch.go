@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"sync"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -21,7 +22,6 @@ var errOutOfRange = errors.New("kafkalog: offset out of range")
 // stateless, so any reader can serve any partition from any position.
 type fetcher struct {
 	cl       *kgo.Client
-	adm      *kadm.Client
 	topic    string
 	parts    int
 	maxBytes int32
@@ -33,7 +33,7 @@ type fetcher struct {
 }
 
 func newFetcher(cl *kgo.Client, topic string, parts int, maxBytes int32) *fetcher {
-	return &fetcher{cl: cl, adm: kadm.NewClient(cl), topic: topic, parts: parts, maxBytes: maxBytes, dec: kgo.DefaultDecompressor()}
+	return &fetcher{cl: cl, topic: topic, parts: parts, maxBytes: maxBytes, dec: kgo.DefaultDecompressor()}
 }
 
 func (f *fetcher) invalidate() {
@@ -51,32 +51,26 @@ func (f *fetcher) leader(ctx context.Context, p uint32) (int32, [16]byte, error)
 		return l, id, nil
 	}
 	f.mu.Unlock()
-	tds, err := f.adm.ListTopics(ctx, f.topic)
+	m, err := freshMeta(ctx, f.cl, f.topic)
 	if err != nil {
-		return 0, [16]byte{}, fmt.Errorf("kafkalog: metadata of %q: %w", f.topic, err)
+		return 0, [16]byte{}, err
 	}
-	td, ok := tds[f.topic]
-	if !ok {
-		return 0, [16]byte{}, fmt.Errorf("kafkalog: topic %q: %w", f.topic, kerr.UnknownTopicOrPartition)
+	if m.err != nil {
+		return 0, [16]byte{}, fmt.Errorf("kafkalog: topic %q: %w", f.topic, m.err)
 	}
-	if td.Err != nil {
-		return 0, [16]byte{}, fmt.Errorf("kafkalog: topic %q: %w", f.topic, td.Err)
+	if len(m.leaders) != f.parts {
+		return 0, [16]byte{}, fmt.Errorf("kafkalog: topic %q has %d partitions, the log has %d", f.topic, len(m.leaders), f.parts)
 	}
-	if len(td.Partitions) != f.parts {
-		return 0, [16]byte{}, fmt.Errorf("kafkalog: topic %q has %d partitions, the log has %d", f.topic, len(td.Partitions), f.parts)
-	}
-	leaders := make([]int32, f.parts)
-	for i := range leaders {
-		pd, ok := td.Partitions[int32(i)]
-		if !ok || pd.Err != nil || pd.Leader < 0 {
-			return 0, [16]byte{}, fmt.Errorf("kafkalog: %s/%d has no leader (%v)", f.topic, i, pd.Err)
+	leaders := m.leaders
+	for i, l := range leaders {
+		if l < 0 {
+			return 0, [16]byte{}, fmt.Errorf("kafkalog: %s/%d has no leader", f.topic, i)
 		}
-		leaders[i] = pd.Leader
 	}
 	f.mu.Lock()
-	f.leaders, f.topicID = leaders, td.ID
+	f.leaders, f.topicID = leaders, m.id
 	f.mu.Unlock()
-	return leaders[p], td.ID, nil
+	return leaders[p], m.id, nil
 }
 
 // fetched is one fetch of one partition.
@@ -87,7 +81,10 @@ type fetched struct {
 	logStart int64
 }
 
-func retriable(err error) bool {
+// transient reports whether err is worth retrying as is: a retriable Kafka
+// error (leadership moving, a topic not served yet), a network error, or
+// records timing out while brokers are unreachable.
+func transient(err error) bool {
 	var ke *kerr.Error
 	if errors.As(err, &ke) {
 		return ke.Retriable ||
@@ -95,9 +92,23 @@ func retriable(err error) bool {
 			errors.Is(err, kerr.UnknownTopicOrPartition) ||
 			errors.Is(err, kerr.UnknownTopicID) ||
 			errors.Is(err, kerr.FencedLeaderEpoch) ||
-			errors.Is(err, kerr.UnknownLeaderEpoch)
+			errors.Is(err, kerr.UnknownLeaderEpoch) ||
+			errors.Is(err, kerr.LeaderNotAvailable)
 	}
-	return true // transport errors: reconnect and retry
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, kgo.ErrRecordTimeout) || errors.Is(err, kgo.ErrRecordRetries)
+}
+
+// refetchable: a partition error in a fetch answer that a new fetch (after a
+// metadata refresh) may not have; everything but a non-retriable Kafka error
+// (a bad CRC or a truncated batch included).
+func refetchable(err error) bool {
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return transient(err)
+	}
+	return true
 }
 
 // fetch reads records of partition p from offset on (read_committed: aborted
@@ -156,7 +167,7 @@ func (f *fetcher) fetch(ctx context.Context, p uint32, offset int64) (fetched, e
 				return fetched{}, f.outOfRange(ctx, p, offset)
 			}
 			last = fmt.Errorf("kafkalog: fetch %s/%d@%d: %w", f.topic, p, offset, fp.Err)
-			if !retriable(fp.Err) {
+			if !refetchable(fp.Err) {
 				return fetched{}, last
 			}
 			f.invalidate()
@@ -192,24 +203,11 @@ func (f *fetcher) outOfRange(ctx context.Context, p uint32, offset int64) error 
 
 // bounds returns the partition's log start and end (high watermark) offsets.
 func (f *fetcher) bounds(ctx context.Context, p uint32) (start, end int64, err error) {
-	starts, err := f.adm.ListStartOffsets(ctx, f.topic)
-	if err != nil {
-		return 0, 0, err
+	if start, err = listOffset(ctx, f.cl, f.topic, p, -2); err != nil {
+		return 0, 0, fmt.Errorf("kafkalog: start offset of %s/%d: %w", f.topic, p, err)
 	}
-	ends, err := f.adm.ListEndOffsets(ctx, f.topic)
-	if err != nil {
-		return 0, 0, err
+	if end, err = listOffset(ctx, f.cl, f.topic, p, -1); err != nil {
+		return 0, 0, fmt.Errorf("kafkalog: end offset of %s/%d: %w", f.topic, p, err)
 	}
-	s, ok1 := starts.Lookup(f.topic, int32(p))
-	e, ok2 := ends.Lookup(f.topic, int32(p))
-	if !ok1 || !ok2 {
-		return 0, 0, fmt.Errorf("kafkalog: no offsets for %s/%d", f.topic, p)
-	}
-	if s.Err != nil {
-		return 0, 0, s.Err
-	}
-	if e.Err != nil {
-		return 0, 0, e.Err
-	}
-	return s.Offset, e.Offset, nil
+	return start, end, nil
 }

@@ -65,7 +65,7 @@ func NewLog(ctx context.Context, cfg Config) (*Log, error) {
 		return nil, fmt.Errorf("kafkalog: log client: %w", err)
 	}
 	f := newFetcher(cl, cfg.Topic, cfg.Partitions, cfg.FetchMaxBytes)
-	if err := ensureTopics(ctx, f.adm, cfg); err != nil {
+	if err := ensureTopics(ctx, cl, cfg); err != nil {
 		cl.Close()
 		return nil, err
 	}

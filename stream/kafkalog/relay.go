@@ -81,7 +81,7 @@ func NewRelay(ctx context.Context, cfg Config, src pipeline.Log) (*Relay, error)
 		return nil, fmt.Errorf("kafkalog: relay client: %w", err)
 	}
 	f := newFetcher(cl, cfg.Topic, cfg.Partitions, cfg.FetchMaxBytes)
-	if err := ensureTopics(ctx, f.adm, cfg); err != nil {
+	if err := ensureTopics(ctx, cl, cfg); err != nil {
 		cl.Close()
 		return nil, err
 	}
@@ -152,18 +152,29 @@ func (r *Relay) FlushPartition(ctx context.Context, p uint32) error {
 	}
 	ctx, cancel := mergeCancel(ctx, r.ctx)
 	defer cancel()
+	backoff := r.cfg.RetryBackoff
 	for {
 		if r.ctx.Err() != nil {
 			return ErrClosed
 		}
 		reached, err := r.step(ctx, r.parts[p])
-		if err != nil {
-			if r.ctx.Err() != nil {
-				return ErrClosed
+		switch {
+		case r.ctx.Err() != nil:
+			return ErrClosed
+		case err != nil && transient(err) && ctx.Err() == nil:
+			// Leadership moving, a topic not served yet: wait and retry
+			// within ctx, as the loop does.
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+			case <-t.C:
 			}
+			backoff = min(2*backoff, 5*time.Second)
+		case err != nil:
 			return err
-		}
-		if reached {
+		case reached:
 			return nil
 		}
 	}

@@ -1,0 +1,145 @@
+package chaos
+
+import (
+	"context"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The suite's tests start real processes: skipped under -short.
+
+var (
+	buildOnce sync.Once
+	buildBin  string
+	buildDir  string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// likesd builds the binary once per test process (without -race).
+func likesd(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "likes-chaos-bin-")
+		if buildErr != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		buildBin, buildErr = BuildLikesd(ctx, buildDir)
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildBin
+}
+
+// testWriter sends progress lines to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func run(t *testing.T, o Options) *Report {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts etcd and three likesd processes; skipped under -short")
+	}
+	o.Binary = likesd(t)
+	out, err := os.MkdirTemp("", "likes-chaos-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Out = out
+	o.Progress = testWriter{t}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, o)
+	if err != nil {
+		if rep != nil && rep.WorkDir != "" {
+			_ = os.RemoveAll(rep.WorkDir)
+		}
+		if rep != nil {
+			t.Logf("output in %s; replay: %s", rep.OutDir, rep.Replay)
+		}
+		t.Fatalf("run could not be carried out: %v", err)
+	}
+	t.Log("\n" + rep.Summary())
+	// A failing test keeps its report, history and process logs (the data
+	// folders are large and always removed).
+	t.Cleanup(func() {
+		if rep.WorkDir != "" {
+			_ = os.RemoveAll(rep.WorkDir)
+		}
+		if t.Failed() {
+			t.Logf("output kept in %s", out)
+		} else {
+			_ = os.RemoveAll(out)
+		}
+	})
+	return rep
+}
+
+// TestNormalSchedule runs the seeded schedule (every nemesis kind once) under
+// load and expects every guarantee to hold.
+func TestNormalSchedule(t *testing.T) {
+	rep := run(t, Options{Seed: 5, Duration: 70 * time.Second})
+	if !rep.Pass {
+		t.Errorf("%d violations %v (seed %d); replay with: %s", rep.Mismatches, rep.Check.ByCheck, rep.Seed, rep.Replay)
+	}
+	if got := len(rep.FaultsByKnd); got != len(AllNemeses) {
+		t.Errorf("schedule injected %d kinds of faults %v, want all %d", got, rep.FaultsByKnd, len(AllNemeses))
+	}
+	if rep.Ops.AckedWrites < 1000 || rep.Check.SamplesChecked < 100 || rep.Check.EventsChecked < 1000 {
+		t.Errorf("too little checked: %d acknowledged writes, %d samples, %d log events", rep.Ops.AckedWrites,
+			rep.Check.SamplesChecked, rep.Check.EventsChecked)
+	}
+}
+
+// expectViolations asserts the checker caught a broken guarantee.
+func expectViolations(t *testing.T, rep *Report, checks ...string) {
+	t.Helper()
+	for _, c := range checks {
+		if rep.Check.ByCheck[c] > 0 {
+			t.Logf("caught: %d %s violations (seed %d; replay: %s)", rep.Check.ByCheck[c], c, rep.Seed, rep.Replay)
+			return
+		}
+	}
+	t.Errorf("--break %s: want %v violations, got %v", rep.Break, checks, rep.Check.ByCheck)
+}
+
+// TestBreakFence: aggregators that replay from 0 without the fence double
+// count after a kill -9 and restart.
+func TestBreakFence(t *testing.T) {
+	rep := run(t, Options{Seed: 101, Break: "fence", Tail: 4 * time.Second,
+		Schedule: []Episode{{At: 4 * time.Second, Kind: NemKill, Region: "us", Duration: time.Second}}})
+	expectViolations(t, rep, CheckCountEdges, CheckCountLog)
+}
+
+// TestBreakIdempotency: without idempotency records a stale retry of an old
+// like after an unlike re-likes (deep-dive 1).
+func TestBreakIdempotency(t *testing.T) {
+	rep := run(t, Options{Seed: 102, Break: "idempotency", Tail: 12 * time.Second, Schedule: []Episode{},
+		Workload: WorkloadConfig{PStale: 0.3}})
+	expectViolations(t, rep, CheckAcked)
+}
+
+// TestBreakLease: a region cut from etcd keeps writing under its old epoch
+// after its ranges failed over.
+func TestBreakLease(t *testing.T) {
+	rep := run(t, Options{Seed: 103, Break: "lease", Tail: 2 * time.Second,
+		Schedule: []Episode{{At: 3 * time.Second, Kind: NemEtcdSplit, Region: "ap", Duration: 8 * time.Second}}})
+	expectViolations(t, rep, CheckPin)
+}

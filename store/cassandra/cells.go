@@ -1,0 +1,312 @@
+package cassandra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/gocql/gocql"
+
+	"likes/crdt"
+	"likes/pipeline"
+)
+
+// Position implements pipeline.CellStore.
+func (s *Store) Position(ctx context.Context, part uint32) (uint64, int64, error) {
+	var pos, wm int64
+	err := s.read(ctx, s.q.positionGet, int(part)).Scan(&pos, &wm)
+	if errors.Is(err, gocql.ErrNotFound) {
+		return 0, 0, nil
+	}
+	return uint64(pos), wm, err
+}
+
+// Cells implements pipeline.CellStore: one read of each item's cell rows.
+func (s *Store) Cells(ctx context.Context, keys []crdt.CellKey) (map[crdt.CellKey]crdt.Cell, error) {
+	want := map[crdt.CellKey]bool{}
+	var items []string
+	for _, k := range keys {
+		if !want[k] {
+			want[k] = true
+		}
+	}
+	seen := map[string]bool{}
+	for _, k := range keys {
+		if !seen[k.Item] {
+			seen[k.Item] = true
+			items = append(items, k.Item)
+		}
+	}
+	out := make(map[crdt.CellKey]crdt.Cell, len(keys))
+	for _, item := range items {
+		it := s.read(ctx, s.q.cellsOfItem, item).PageSize(1000).Iter()
+		var region string
+		var shard int
+		var p, n, hwm, wm int64
+		for it.Scan(&region, &shard, &p, &n, &hwm, &wm) {
+			k := crdt.CellKey{Item: item, Region: region, Shard: uint32(shard)}
+			if want[k] {
+				out[k] = crdt.Cell{P: uint64(p), N: uint64(n), HWM: uint64(hwm), Watermark: wm}
+			}
+		}
+		if err := it.Close(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// Applied implements pipeline.CellStore. Dedupe rows live in the item's cell
+// partition under (this region, partition, user).
+func (s *Store) Applied(ctx context.Context, part uint32, keys []pipeline.EdgeKey) (map[pipeline.EdgeKey]pipeline.Applied, error) {
+	byItem := map[string][]string{}
+	for _, k := range keys {
+		byItem[k.Item] = append(byItem[k.Item], k.User)
+	}
+	out := make(map[pipeline.EdgeKey]pipeline.Applied, len(keys))
+	for item, users := range byItem {
+		for len(users) > 0 {
+			n := min(len(users), 100)
+			it := s.read(ctx, s.q.dedupeSelect, item, s.opts.Region, int(part), users[:n]).Iter()
+			var u string
+			var we, wo, ce, co int64
+			for it.Scan(&u, &we, &wo, &ce, &co) {
+				out[pipeline.EdgeKey{Item: item, User: u}] = pipeline.Applied{
+					Write:      crdt.Version{Epoch: uint64(we), Op: uint64(wo)},
+					Correction: crdt.Version{Epoch: uint64(ce), Op: uint64(co)},
+				}
+			}
+			if err := it.Close(); err != nil {
+				return nil, err
+			}
+			users = users[n:]
+		}
+	}
+	return out, nil
+}
+
+// Commit implements pipeline.CellStore.
+//
+// A window's cells live in different Cassandra partitions (one per item), and
+// a lightweight transaction cannot span partitions, so a window is not atomic
+// here. The writes are ordered so that a crash (or a lost fence) between any
+// two of them is safe:
+//
+//  1. Every fence is checked first with SERIAL reads; a stale window fails
+//     with ErrFenced having written nothing (the normal case of a replayed or
+//     superseded window).
+//  2. Each item's cell is written by one conditional batch on the item's
+//     partition: the cell IF hwm = Expect (IF NOT EXISTS for a new cell)
+//     together with the dedupe rows of that item's edges. Cell and dedupe
+//     state of an item are therefore always consistent with each other.
+//  3. Dedupe rows of items without a cell update, then the position and
+//     watermark, last.
+//
+// If the process dies (or a fence is lost to a zombie writer) after some items
+// of step 2, those cells carry hwm = Through while the position still says
+// the old value. The aggregator replays the window from the old position; its
+// per-cell filter skips every event with Pos <= cell.HWM and every cell with
+// Through <= HWM, so the written cells add nothing twice and the rest are
+// written now. Position and watermark move only after every cell.
+func (s *Store) Commit(ctx context.Context, w pipeline.Window) error {
+	if s.isClosed() {
+		return ErrClosed
+	}
+	// 1. Fences.
+	exists := make([]bool, len(w.Cells))
+	if err := parallel(len(w.Cells), func(i int) error {
+		u := w.Cells[i]
+		var hwm int64
+		err := s.serial(ctx, s.q.cellSelect, u.Key.Item, u.Key.Region, int(u.Key.Shard)).Scan(&hwm)
+		if errors.Is(err, gocql.ErrNotFound) {
+			hwm, err = 0, nil
+		} else if err == nil {
+			exists[i] = true
+		}
+		if err != nil {
+			return err
+		}
+		if uint64(hwm) != u.Expect {
+			return fmt.Errorf("%w: cell %v has hwm %d, window expected %d", pipeline.ErrFenced, u.Key, hwm, u.Expect)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	// 2. One conditional batch per item: its cells and its edges' dedupe rows.
+	type itemWrite struct {
+		cells  []int
+		dedupe []pipeline.EdgeKey
+	}
+	items := map[string]*itemWrite{}
+	get := func(item string) *itemWrite {
+		iw := items[item]
+		if iw == nil {
+			iw = &itemWrite{}
+			items[item] = iw
+		}
+		return iw
+	}
+	for i, u := range w.Cells {
+		get(u.Key.Item).cells = append(get(u.Key.Item).cells, i)
+	}
+	for k := range w.Dedupe {
+		get(k.Item).dedupe = append(get(k.Item).dedupe, k)
+	}
+	names := make([]string, 0, len(items))
+	for item := range items {
+		names = append(names, item)
+	}
+	sort.Strings(names)
+	addDedupe := func(b *gocql.Batch, item string, keys []pipeline.EdgeKey) {
+		sort.Slice(keys, func(i, j int) bool { return keys[i].User < keys[j].User })
+		for _, k := range keys {
+			a := w.Dedupe[k]
+			b.Query(s.q.dedupeUpdate, int64(a.Write.Epoch), int64(a.Write.Op), int64(a.Correction.Epoch), int64(a.Correction.Op),
+				item, s.opts.Region, int(w.Partition), k.User)
+		}
+	}
+	for _, item := range names {
+		iw := items[item]
+		if len(iw.cells) == 0 {
+			continue
+		}
+		if err := s.commitItem(ctx, iw.cells, w, exists, func(b *gocql.Batch) { addDedupe(b, item, iw.dedupe) }); err != nil {
+			return err
+		}
+	}
+	// 3. Dedupe rows without a cell, then the position.
+	for _, item := range names {
+		iw := items[item]
+		if len(iw.cells) > 0 || len(iw.dedupe) == 0 {
+			continue
+		}
+		b := s.s.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
+		b.SetConsistency(s.opts.Consistency)
+		addDedupe(b, item, iw.dedupe)
+		if err := s.s.ExecuteBatch(b); err != nil {
+			return fmt.Errorf("cassandra: dedupe state of %q: %w", item, err)
+		}
+	}
+	return s.write(ctx, s.q.positionPut, int(w.Partition), int64(w.Through), w.Watermark).Exec()
+}
+
+// commitItem writes one item's cells (indexes into w.Cells) fenced, with the
+// dedupe rows addDedupe adds, as one conditional batch; a timeout is settled
+// by a SERIAL read of the cells.
+func (s *Store) commitItem(ctx context.Context, idx []int, w pipeline.Window, exists []bool, addDedupe func(*gocql.Batch)) error {
+	var lastErr error
+	for attempt := 0; attempt < s.opts.MaxAttempts; attempt++ {
+		if attempt > 0 {
+			if err := backoff(ctx, attempt); err != nil {
+				return err
+			}
+		}
+		b := s.s.NewBatch(gocql.LoggedBatch).WithContext(ctx)
+		b.SetConsistency(s.opts.Consistency)
+		b.SerialConsistency(s.opts.Serial)
+		for _, i := range idx {
+			u := w.Cells[i]
+			c := u.Cell
+			if u.Expect == 0 && !exists[i] {
+				b.Query(s.q.cellInsert, u.Key.Item, u.Key.Region, int(u.Key.Shard), int64(c.P), int64(c.N), int64(c.HWM), c.Watermark)
+			} else {
+				b.Query(s.q.cellUpdate, int64(c.P), int64(c.N), int64(c.HWM), c.Watermark, u.Key.Item, u.Key.Region, int(u.Key.Shard), int64(u.Expect))
+			}
+		}
+		addDedupe(b)
+		applied, it, err := s.s.MapExecuteBatchCAS(b, map[string]any{})
+		if it != nil {
+			_ = it.Close()
+		}
+		if err == nil && applied {
+			return nil
+		}
+		if err == nil {
+			return fmt.Errorf("%w: a cell of %q moved since the window read it", pipeline.ErrFenced, w.Cells[idx[0]].Key.Item)
+		}
+		if !retryable(err) {
+			return err
+		}
+		lastErr = err
+		// Outcome unknown: did the cells take the window's values?
+		done := true
+		for _, i := range idx {
+			u := w.Cells[i]
+			var hwm int64
+			if err := s.serial(ctx, s.q.cellSelect, u.Key.Item, u.Key.Region, int(u.Key.Shard)).Scan(&hwm); err != nil {
+				done = false
+				break
+			}
+			if uint64(hwm) == u.Cell.HWM {
+				continue
+			}
+			if uint64(hwm) != u.Expect {
+				return fmt.Errorf("%w: cell %v has hwm %d, window expected %d", pipeline.ErrFenced, u.Key, hwm, u.Expect)
+			}
+			done = false
+		}
+		if done {
+			return nil
+		}
+		for _, i := range idx {
+			exists[i] = exists[i] || w.Cells[i].Expect != 0
+		}
+	}
+	return fmt.Errorf("%w: commit cells of %q: %v", ErrContention, w.Cells[idx[0]].Key.Item, lastErr)
+}
+
+// Count implements pipeline.CountStore: SUM over the item's cell rows (every
+// region's), in one partition read.
+func (s *Store) Count(ctx context.Context, item string) (int64, error) {
+	var p, n int64
+	if err := s.read(ctx, s.q.cellCount, item).Scan(&p, &n); err != nil && !errors.Is(err, gocql.ErrNotFound) {
+		return 0, err
+	}
+	return p - n, nil
+}
+
+// OwnWatermark is this region's watermark: the min over its partitions (a
+// partition never committed counts as 0).
+func (s *Store) OwnWatermark(ctx context.Context) (int64, error) {
+	wms := make([]int64, s.opts.Partitions)
+	it := s.read(ctx, s.q.positionAll).PageSize(5000).Iter()
+	var part int
+	var wm int64
+	for it.Scan(&part, &wm) {
+		if part >= 0 && part < len(wms) {
+			wms[part] = wm
+		}
+	}
+	if err := it.Close(); err != nil {
+		return 0, err
+	}
+	m := wms[0]
+	for _, v := range wms[1:] {
+		m = min(m, v)
+	}
+	return m, nil
+}
+
+// Watermarks implements pipeline.CountStore: this region's own (the min over
+// its partitions) and each peer's latest known one (the watermarks table,
+// written by replication).
+func (s *Store) Watermarks(ctx context.Context) (crdt.Watermarks, error) {
+	own, err := s.OwnWatermark(ctx)
+	if err != nil {
+		return nil, err
+	}
+	wms := crdt.Watermarks{}
+	it := s.read(ctx, s.q.watermarksAll).PageSize(1000).Iter()
+	var region string
+	var wm int64
+	for it.Scan(&region, &wm) {
+		wms[region] = wm
+	}
+	if err := it.Close(); err != nil {
+		return nil, err
+	}
+	wms[s.opts.Region] = own
+	return wms, nil
+}

@@ -1,0 +1,85 @@
+package cassandra_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"likes/clock"
+	"likes/edge"
+	"likes/edge/edgetest"
+	"likes/pipeline/pipelinetest"
+	"likes/store/cassandra"
+)
+
+const t0 = int64(1_700_000_000_000)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	cassandra.CloseTestSession()
+	os.Exit(code)
+}
+
+// open opens a store on a fresh keyspace.
+func open(t *testing.T, partitions int, clk clock.Clock) *cassandra.Store {
+	t.Helper()
+	ks := cassandra.FreshKeyspace(t)
+	return openOn(t, ks, partitions, clk)
+}
+
+func openOn(t *testing.T, ks string, partitions int, clk clock.Clock) *cassandra.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := cassandra.Open(ctx, cassandra.Options{
+		Session: cassandra.SharedSession(t), Keyspace: ks, Region: "r1", Partitions: partitions, Clock: clk,
+		OnError: func(err error) { t.Logf("background: %v", err) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestStoreContract(t *testing.T) {
+	cassandra.SharedSession(t)
+	edgetest.RunStore(t, func(t *testing.T) edge.Store {
+		return open(t, 8, clock.NewFake(time.UnixMilli(t0)))
+	})
+}
+
+func TestJobStoreContract(t *testing.T) {
+	cassandra.SharedSession(t)
+	edgetest.RunJobStore(t, func(t *testing.T) (edge.Store, edge.JobStore) {
+		s := open(t, 4, nil)
+		return s, s
+	})
+}
+
+func TestPipelineContract(t *testing.T) {
+	cassandra.SharedSession(t)
+	for _, tc := range []struct {
+		name  string
+		parts int
+		fake  bool
+	}{
+		{"fake-clock-8", 8, true},
+		{"fake-clock-1", 1, true},
+		{"real-clock-3", 3, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pipelinetest.Run(t, func(t *testing.T) pipelinetest.Harness {
+				var fake *clock.Fake
+				var clk clock.Clock = clock.Real{}
+				if tc.fake {
+					fake = clock.NewFake(time.UnixMilli(t0))
+					clk = fake
+				}
+				s := open(t, tc.parts, clk)
+				return pipelinetest.Harness{Store: s, Log: s, Cells: s, Counts: s, Region: s.Region(), Clock: fake}
+			})
+		})
+	}
+}

@@ -1,0 +1,168 @@
+// Package cassandra is the production storage backend of one region on Apache
+// Cassandra (gocql): edges, idempotency records, the user index, erasure jobs,
+// the committed log (an outbox), cells with the aggregators' dedupe state, and
+// consumer positions. It implements edge.Store, edge.JobStore, pipeline.Log,
+// pipeline.CellStore and pipeline.CountStore with the semantics of the
+// embedded store (store/pebblestore), and passes the same contract suites
+// (edge/edgetest, pipeline/pipelinetest). Migrate creates and upgrades the
+// schema; MigrateCommand is `likectl migrate`.
+//
+// A region owns one keyspace. Every table name is qualified with it, so one
+// session serves any number of stores. Ordinary reads and writes use
+// LOCAL_QUORUM, lightweight transactions (LWTs) and the reads that decide them
+// use SERIAL (Options; LOCAL_SERIAL keeps Paxos inside one datacenter).
+//
+// # Schema (Migrate, versions recorded in schema_version)
+//
+//	edges        ((item, bucket), user)  state, epoch, op, updated_at, eseq, pending, branches,
+//	                                     last_nonce, relayed_eseq, relayed_pos, relayed_time
+//	idem         ((user), key)           fingerprint, liked, changed, expires_at   USING TTL
+//	user_items   ((user), item)
+//	erasures     ((user))                the job, and the user's erasure marker
+//	outbox       ((partition, chunk), pos)  event          chunk = pos / 1024
+//	outbox_seq   ((partition))           head, last_time, issued, inflight
+//	relay_intents ((partition), item, user, eseq, nonce)  created_at
+//	cells        ((item), kind, region, shard, user)
+//	             kind 0, user '': a cell, ORDINARY columns p, n, hwm, watermark
+//	             kind 1: dedupe state of edge (item, user): w_epoch, w_op, c_epoch, c_op
+//	positions    ((partition))           pos, watermark
+//	watermarks   ((region))              peers' watermarks (replication)
+//	meta         ((name))                region and partition count, fixed at creation
+//
+// Cells are never counter columns: a counter increment is not idempotent (a
+// retried one applies twice) and cannot take part in an LWT.
+//
+// # Write path and outbox order
+//
+// A Cassandra LWT is confined to one partition, so the edge flip and its log
+// event cannot be one transaction across the edges and outbox tables. Instead
+// the edge row itself carries its event:
+//
+//  1. Apply reads the edge (SERIAL), the idempotency record and the erasure
+//     marker, and calls edge.Decide. If the edge row still holds a pending
+//     event of an earlier write, that event is relayed first (step 3) and the
+//     read repeated.
+//  2. One LWT on the edge row writes the new version (or, for a no-op that
+//     leaves a record, only the event) together with the event in the pending
+//     column and eseq+1 (eseq counts the edge's events): INSERT … IF NOT EXISTS
+//     for a new edge, UPDATE … IF eseq = ? AND epoch = ? AND op = ? otherwise.
+//     Losing the condition (another writer got there) restarts at step 1, at
+//     most Options.MaxAttempts times with jittered backoff. The branch record
+//     of a first touch in an epoch is a column of the same row, so it changes
+//     in the same transaction. A relay intent row is written just before.
+//  3. The relay: the event's effects outside the row, both idempotent (the
+//     idempotency record it carries, USING TTL; the user index row), then the
+//     append to the outbox, which assigns the position, then the pending
+//     column is cleared (LWT IF eseq = the event's) and the intent deleted.
+//
+// Appends to a log partition go through its sequence row: read it (SERIAL),
+// then LWT `SET head = head+k, last_time = t, inflight = <the k slots>
+// IF head = ? AND issued = ?`; then the k outbox rows are written and the
+// pending columns cleared. Every position up to head is therefore either an
+// outbox row or one of head's inflight slots, which any reader writes out
+// itself (same event, same position), so positions become visible in order
+// with no gaps and a tailing reader never finds one behind its cursor. Event
+// times are max(now, last_time, issued+1), so they never decrease along a
+// partition. One append goroutine per partition folds concurrent events into
+// one transaction (group commit).
+//
+// Exactly once. Several relays of one pending event may run at once (the
+// writer, a later Apply on the edge, the sweeper, other processes). An append
+// reads the sequence row first, then the edges of its events (SERIAL), then
+// transacts on the head it read. Inflight slots are replaced only after they
+// were written and their edges' pending columns cleared. So an event appended
+// before our sequence read is in the inflight slots we read, or its edge shows
+// it relayed when we read the edge afterwards; an event appended after our
+// sequence read moved the head, and our transaction fails and starts over. A
+// pending event is never appended twice, and an edge's events reach the log in
+// version order because a new one is written only once the last is relayed.
+//
+// Crashes (P1: a retry, a duplicate, a crash or a replay never changes what a
+// count converges to):
+//
+//   - before the edge LWT: nothing happened; the retry decides afresh.
+//   - after the edge LWT, before the relay finished: the flip and its event
+//     are durable together in the edge row. The retry (same key) relays the
+//     pending event first, which writes the idempotency record, and then
+//     replays the recorded answer; any other Apply on the edge does the same;
+//     the sweeper (Sweep, every SweepEvery) finishes it from the relay intents
+//     otherwise. The event reaches the log exactly once, so the cell counts the
+//     flip once.
+//   - after the sequence LWT, before the outbox rows: readers and the next
+//     append write the rows from the inflight slots.
+//
+// Idempotency records are written after the edge LWT, from the event the edge
+// row carries, and always before the pending column is cleared and before any
+// later decision on that edge. A retry therefore never sees the new edge
+// without the record (it finishes the relay first) and never re-executes the
+// request. What this does not give, unlike the embedded store's single writer:
+// the same key used at the same moment for different requests on different
+// edges of one user (a client bug) may execute both, because the record lives
+// in the user's partition, not the edge's. Same key, same request is exact.
+//
+// An LWT whose outcome is unknown (timeout) is settled by a SERIAL read of the
+// row: each write attempt carries a random nonce in its pending event, and the
+// row's pending (or last relayed) nonce says whether the write that happened
+// was ours.
+//
+// Erasure. PutErasure is a plain LOCAL_QUORUM write of the job row, which is
+// the erasure marker; every Apply that starts after it returns reads it and is
+// refused. An Apply that read the marker just before it was written may commit
+// its flip after the eraser listed the user's items, so after every relayed
+// flip or retraction the relay re-reads the marker and, if the user is being
+// erased, erases that edge itself (and purges the user's records again if the
+// job already finished). The count sees +1 then −1.
+//
+// # Cells, dedupe state and positions (pipeline.CellStore)
+//
+// A window's cells are in different partitions (one per item), so a window is
+// not atomic. Commit orders its writes so a crash between any two is safe:
+// first every fence is checked with SERIAL reads (a stale window fails with
+// ErrFenced having written nothing); then, per item, one conditional batch on
+// the item's partition writes the cell IF hwm = Expect (IF NOT EXISTS for a
+// new one) together with the dedupe rows of that item's edges, so a cell and
+// the dedupe state of the events it holds commit atomically; then dedupe rows
+// without a cell; the position and watermark last. After a crash mid-window
+// the aggregator replays from the old position, and its per-cell filter (skip
+// events with Pos <= cell.HWM, skip cells with Through <= HWM) adds nothing to
+// the cells already written and writes the rest. Dedupe rows being in the
+// cell's transaction answers DESIGN's open question for a log with duplicates
+// (a Kafka relay republishing): dedupe state can never lag the fence.
+//
+// Count is SUM(p) − SUM(n) over the item's cell rows (one partition, kind 0
+// only, every region). Watermarks: this region's is the min over its
+// partitions' positions (a partition never committed counts as 0); peers' come
+// from the watermarks table.
+//
+// # The log as a reader sees it (pipeline.Log)
+//
+// Head.CompleteThrough is max(last_time − 1, issued): every later event is
+// stamped at or after last_time and after issued. So that an idle partition's
+// watermark follows the clock, Read records issued = now with an LWT
+// conditioned on the head and issued it read, at most once per IssueEvery.
+//
+// # LWT contention limits
+//
+// A Cassandra LWT is four round trips to a quorum (prepare, read, propose,
+// commit) and serializes per partition; concurrent LWTs on one partition fail
+// their conditions or back off inside Cassandra (cas_contention_timeout) and
+// retry here. Expect a few milliseconds per LWT and at most a few hundred per
+// second on one hot partition. Where they land:
+//
+//   - Edges: the row is per (item, user), and a user's writes go to one region
+//     (pins), so contention is only a user racing themself; a per-edge lock in
+//     the process removes even that within one process.
+//   - Cells: one writer per cell (its partition's aggregator in its region), so
+//     cell LWTs are uncontended; a fence failure means a zombie writer.
+//   - Sequence rows: every append to a log partition transacts on its row.
+//     Within a process one goroutine per partition folds concurrent events into
+//     one LWT (up to MaxBatch), so throughput is batches/s × batch size per
+//     partition; processes sharing a keyspace contend. Readers issuing
+//     CompleteThrough add at most one LWT per IssueEvery per partition.
+//     Choose Partitions so that the region's write rate per partition stays
+//     well within one sequence row's LWT rate.
+//
+// Per Apply without contention: two SERIAL reads and two LWTs on the edge row,
+// one SERIAL read of the sequence row and one share of a sequence LWT, and a
+// few plain reads and writes.
+package cassandra

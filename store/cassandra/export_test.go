@@ -1,0 +1,124 @@
+package cassandra
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gocql/gocql"
+)
+
+// The tests run against a real Cassandra named by LIKES_TEST_CASSANDRA_HOSTS
+// (scripts/servers.sh up cassandra; eval "$(scripts/servers.sh env)"), each
+// test in a fresh keyspace, dropped afterwards unless
+// LIKES_TEST_CASSANDRA_KEEP is set.
+
+var (
+	sessOnce sync.Once
+	sess     *gocql.Session
+	sessErr  error
+	ksSeq    atomic.Int64
+)
+
+// SharedSession returns the shared test session, or skips t when no Cassandra
+// is configured.
+func SharedSession(t testing.TB) *gocql.Session {
+	t.Helper()
+	hosts := os.Getenv("LIKES_TEST_CASSANDRA_HOSTS")
+	if hosts == "" {
+		t.Skip("LIKES_TEST_CASSANDRA_HOSTS is not set: no Cassandra to run the Cassandra backend tests against " +
+			"(start one with scripts/servers.sh up cassandra, then eval \"$(scripts/servers.sh env)\")")
+	}
+	sessOnce.Do(func() {
+		sess, sessErr = Connect(SessionConfig{Hosts: ParseHosts(hosts), Timeout: 20 * time.Second})
+	})
+	if sessErr != nil {
+		t.Fatalf("connect to Cassandra at %s: %v", hosts, sessErr)
+	}
+	return sess
+}
+
+// CloseTestSession closes the shared session (TestMain).
+func CloseTestSession() {
+	close(poolStop)
+	if sess != nil {
+		sess.Close()
+	}
+}
+
+// keyspace pool: migrating a keyspace takes seconds (a dozen schema changes),
+// so one goroutine migrates the next ones while tests run.
+var (
+	poolOnce sync.Once
+	pool     chan poolKS
+	poolStop = make(chan struct{})
+)
+
+type poolKS struct {
+	name string
+	took time.Duration
+	err  error
+}
+
+func prefetch(s *gocql.Session) {
+	for {
+		name := fmt.Sprintf("likes_t%d_%d_%d", os.Getpid()%100000, time.Now().UnixMilli()%1000000, ksSeq.Add(1))
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		start := time.Now()
+		_, err := Migrate(ctx, s, name, "")
+		cancel()
+		select {
+		case pool <- poolKS{name, time.Since(start), err}:
+		case <-poolStop:
+			return
+		}
+	}
+}
+
+// FreshKeyspace returns a new, migrated keyspace. Test keyspaces are dropped
+// when the test ends only if LIKES_TEST_CASSANDRA_DROP is set (a drop takes
+// seconds; scripts/servers.sh starts Cassandra on empty data anyway).
+func FreshKeyspace(t testing.TB) string {
+	t.Helper()
+	s := SharedSession(t)
+	poolOnce.Do(func() {
+		pool = make(chan poolKS, 1)
+		go prefetch(s)
+	})
+	var ks poolKS
+	select {
+	case ks = <-pool:
+	case <-time.After(5 * time.Minute):
+		t.Fatal("no migrated keyspace within 5 minutes")
+	}
+	if ks.err != nil {
+		t.Fatalf("migrate %s: %v", ks.name, ks.err)
+	}
+	t.Logf("keyspace %s (migrated in %v)", ks.name, ks.took.Round(time.Millisecond))
+	name := ks.name
+	t.Cleanup(func() {
+		if os.Getenv("LIKES_TEST_CASSANDRA_DROP") == "" {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := s.Query("DROP KEYSPACE IF EXISTS " + name).WithContext(ctx).Exec(); err != nil {
+			t.Logf("drop keyspace %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+// SetTestHook installs a hook called at the named stages of a write; a
+// non-nil error makes the write stop there, as a crash would.
+func (s *Store) SetTestHook(h func(stage string) error) { s.hook.Store(&h) }
+
+// HeadOf returns a log partition's head as the sequence row says.
+func (s *Store) HeadOf(ctx context.Context, part uint32) (uint64, int, error) {
+	r, err := s.readSeq(ctx, part, true)
+	return r.head, len(r.inflight), err
+}

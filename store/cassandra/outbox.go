@@ -1,0 +1,513 @@
+package cassandra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+
+	"github.com/gocql/gocql"
+
+	"likes/crdt"
+	"likes/edge"
+	"likes/pipeline"
+)
+
+// chunkSize is how many positions one outbox partition holds (pos / 1024).
+const chunkSize = 1024
+
+func chunkOf(pos uint64) int64 { return int64(pos / chunkSize) }
+
+// seqRow is a log partition's sequence row.
+type seqRow struct {
+	exists   bool
+	head     uint64
+	lastTime int64
+	issued   int64
+	inflight []slot
+}
+
+func (s *Store) readSeq(ctx context.Context, part uint32, serial bool) (seqRow, error) {
+	q := s.read
+	if serial {
+		q = s.serial
+	}
+	var head, lastTime, issued int64
+	var inflight []byte
+	err := q(ctx, s.q.seqSelect, int(part)).Scan(&head, &lastTime, &issued, &inflight)
+	if errors.Is(err, gocql.ErrNotFound) {
+		return seqRow{}, nil
+	}
+	if err != nil {
+		return seqRow{}, err
+	}
+	r := seqRow{exists: true, head: uint64(head), lastTime: lastTime, issued: issued}
+	if r.inflight, err = decodeInflight(part, inflight); err != nil {
+		return r, wrapCorrupt(fmt.Sprintf("inflight of log partition %d", part), err)
+	}
+	return r, nil
+}
+
+// appendReq is one event waiting for its position.
+type appendReq struct {
+	slot slot // ESeq > 0: an edge's pending event (Item/User name the edge)
+	done chan appendRes
+}
+
+type appendRes struct {
+	res relayed
+	err error
+}
+
+// appender is the in-process sequencer of one log partition: it folds the
+// events waiting at a moment into one append (one transaction on the
+// partition's sequence row), so this process never contends with itself
+// there. Processes sharing the keyspace contend through the transaction.
+type appender struct {
+	s      *Store
+	part   uint32
+	reqs   chan *appendReq
+	exited chan struct{} // closed when loop returns
+	// completed is the head after the last append whose slots this appender
+	// fully wrote and cleared (0: none): the next append may then skip
+	// flushing them again.
+	completed uint64
+}
+
+func (s *Store) appenderOf(part uint32) (*appender, error) {
+	s.appMu.Lock()
+	defer s.appMu.Unlock()
+	if s.isClosed() {
+		return nil, ErrClosed
+	}
+	a := s.appenders[part]
+	if a == nil {
+		a = &appender{s: s, part: part, reqs: make(chan *appendReq, s.opts.MaxBatch), exited: make(chan struct{})}
+		s.appenders[part] = a
+		s.wg.Add(1)
+		go a.loop()
+	}
+	return a, nil
+}
+
+// submit queues r and waits for its outcome. Once queued the append happens
+// (or fails) even if ctx ends, so a caller never reports failure for an event
+// that reached the log.
+func (s *Store) submit(ctx context.Context, part uint32, sl slot) (relayed, error) {
+	a, err := s.appenderOf(part)
+	if err != nil {
+		return relayed{}, err
+	}
+	r := &appendReq{slot: sl, done: make(chan appendRes, 1)}
+	select {
+	case a.reqs <- r:
+	case <-s.closing:
+		return relayed{}, ErrClosed
+	case <-ctx.Done():
+		return relayed{}, ctx.Err()
+	}
+	select {
+	case res := <-r.done:
+		return res.res, res.err
+	case <-a.exited:
+		select {
+		case res := <-r.done:
+			return res.res, res.err
+		default:
+			return relayed{}, ErrClosed
+		}
+	}
+}
+
+// appendEdgeEvent appends an edge's pending event (exactly once).
+func (s *Store) appendEdgeEvent(ctx context.Context, item, user string, eseq uint64, p pending) (relayed, error) {
+	ev := p.Event
+	ev.Item, ev.User = item, user
+	ev.Partition = edge.PartitionOf(item, edge.BucketOf(user), s.opts.Partitions)
+	return s.submit(ctx, ev.Partition, slot{ESeq: eseq, Nonce: p.Nonce, Event: ev})
+}
+
+// appendStandalone appends an event that no edge row carries (purges,
+// reconcile heals). A retry after an unknown outcome may append it twice;
+// such events are idempotent in effect.
+func (s *Store) appendStandalone(ctx context.Context, ev edge.Event) (relayed, error) {
+	ev.Partition = edge.PartitionOf(ev.Item, ev.Bucket, s.opts.Partitions)
+	return s.submit(ctx, ev.Partition, slot{Nonce: rand.Uint64() | 1, Event: ev})
+}
+
+func (a *appender) loop() {
+	defer a.s.wg.Done()
+	defer close(a.exited)
+	batch := make([]*appendReq, 0, a.s.opts.MaxBatch)
+	for {
+		select {
+		case r := <-a.reqs:
+			batch = append(batch[:0], r)
+		case <-a.s.closing:
+			for {
+				select {
+				case r := <-a.reqs:
+					r.done <- appendRes{err: ErrClosed}
+				default:
+					return
+				}
+			}
+		}
+	fill:
+		for len(batch) < a.s.opts.MaxBatch {
+			select {
+			case r := <-a.reqs:
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		a.appendBatch(batch)
+	}
+}
+
+// edgeSlotKey identifies an edge event.
+type edgeSlotKey struct {
+	item, user string
+	eseq       uint64
+}
+
+// appendBatch appends the events of reqs to the partition, each exactly once.
+//
+// The dedupe argument (doc.go, "Outbox order"): read the sequence row (SERIAL),
+// then every edge event's row (SERIAL), then append with a transaction
+// conditioned on the head read first. An event is appended by a transaction
+// that moved the head; if that happened before our sequence read, the event is
+// either in the row's inflight slots (found) or those slots were replaced,
+// which happens only after they were written and their edges' pending columns
+// cleared (so our later edge read finds it relayed); if it happened after our
+// sequence read, our transaction's condition fails and we start over.
+func (a *appender) appendBatch(reqs []*appendReq) {
+	s := a.s
+	ctx := s.ctx // queued appends finish even if their callers gave up (Close cancels)
+	// Collapse duplicates (several relays of one pending event).
+	groups := map[edgeSlotKey][]*appendReq{}
+	var order []*appendReq
+	for _, r := range reqs {
+		if r.slot.ESeq == 0 {
+			order = append(order, r)
+			continue
+		}
+		k := edgeSlotKey{r.slot.Event.Item, r.slot.Event.User, r.slot.ESeq}
+		if groups[k] == nil {
+			order = append(order, r)
+		}
+		groups[k] = append(groups[k], r)
+	}
+	settle := func(r *appendReq, res appendRes) {
+		if r.slot.ESeq == 0 {
+			r.done <- res
+			return
+		}
+		for _, x := range groups[edgeSlotKey{r.slot.Event.Item, r.slot.Event.User, r.slot.ESeq}] {
+			x.done <- res
+		}
+	}
+	open := order
+	var lastErr error
+	for attempt := 0; attempt < s.opts.MaxAttempts && len(open) > 0; attempt++ {
+		if attempt > 0 && lastErr != nil {
+			if err := backoff(ctx, attempt); err != nil {
+				break
+			}
+		}
+		var err error
+		open, err = a.tryAppend(ctx, open, settle)
+		lastErr = err
+		if err != nil && !retryable(err) && !errors.Is(err, errLostRace) {
+			for _, r := range open {
+				settle(r, appendRes{err: err})
+			}
+			return
+		}
+	}
+	for _, r := range open {
+		err := fmt.Errorf("%w: outbox append to partition %d: %v", ErrContention, a.part, lastErr)
+		settle(r, appendRes{err: err})
+	}
+}
+
+// errLostRace: another append moved the head between our read and our write.
+var errLostRace = errors.New("cassandra: outbox append lost a race")
+
+// tryAppend is one attempt; it settles what it can and returns the rest.
+func (a *appender) tryAppend(ctx context.Context, open []*appendReq, settle func(*appendReq, appendRes)) ([]*appendReq, error) {
+	s := a.s
+	seq, err := s.readSeq(ctx, a.part, true)
+	if err != nil {
+		return open, err
+	}
+	inflight := map[edgeSlotKey]slot{}
+	for _, sl := range seq.inflight {
+		if sl.ESeq > 0 {
+			inflight[edgeSlotKey{sl.Event.Item, sl.Event.User, sl.ESeq}] = sl
+		}
+	}
+	// 1. Events in the last append's slots are appended already.
+	rest := open[:0:0]
+	finished := false
+	for _, r := range open {
+		if sl, ok := inflight[edgeSlotKey{r.slot.Event.Item, r.slot.Event.User, r.slot.ESeq}]; ok && r.slot.ESeq > 0 {
+			if !finished {
+				if err := a.finish(ctx, seq.inflight); err != nil {
+					return open, err
+				}
+				finished = true
+				a.completed = seq.head
+			}
+			settle(r, appendRes{res: relayed{pos: sl.Pos, time: sl.Event.EventTime}})
+			continue
+		}
+		rest = append(rest, r)
+	}
+	// 2. Events whose edge no longer holds them pending were relayed by
+	// someone else.
+	rows := make([]edgeRow, len(rest))
+	if err := parallel(len(rest), func(i int) error {
+		if rest[i].slot.ESeq == 0 {
+			return nil
+		}
+		var err error
+		rows[i], err = s.readEdge(ctx, rest[i].slot.Event.Item, rest[i].slot.Event.User, true)
+		return err
+	}); err != nil {
+		return rest, err
+	}
+	todo := rest[:0:0]
+	for i, r := range rest {
+		if r.slot.ESeq == 0 {
+			todo = append(todo, r)
+			continue
+		}
+		row := rows[i]
+		switch {
+		case row.eseq == r.slot.ESeq && row.pending != nil:
+			todo = append(todo, r)
+		case row.eseq == r.slot.ESeq && row.relayedESeq == r.slot.ESeq:
+			settle(r, appendRes{res: relayed{pos: row.relayedPos, time: row.relayedTime}})
+		case row.eseq >= r.slot.ESeq:
+			settle(r, appendRes{}) // relayed, position no longer known here
+		default:
+			settle(r, appendRes{err: fmt.Errorf("cassandra: edge (%q, %q) is at event %d, behind its pending event %d",
+				r.slot.Event.Item, r.slot.Event.User, row.eseq, r.slot.ESeq)})
+		}
+	}
+	if len(todo) == 0 {
+		return nil, nil
+	}
+	// 3. The last append's slots must be written and cleared before they are
+	// replaced (unless this appender did so itself).
+	if len(seq.inflight) > 0 && a.completed != seq.head {
+		if err := a.finish(ctx, seq.inflight); err != nil {
+			return todo, err
+		}
+		a.completed = seq.head
+	}
+	// 4. Append: positions head+1…, one event time for the whole batch, never
+	// below the last one nor at or below a CompleteThrough already handed out.
+	t := max(s.opts.Clock.Now().UnixMilli(), seq.lastTime, seq.issued+1)
+	slots := make([]slot, len(todo))
+	for i, r := range todo {
+		sl := r.slot
+		sl.Pos = seq.head + uint64(i) + 1
+		sl.Event.Partition, sl.Event.Pos, sl.Event.EventTime = a.part, sl.Pos, t
+		if sl.Event.Kind == edge.KindReconcile {
+			sl.Event.Version = crdt.Version{Op: sl.Pos} // unique and growing: its dedupe identity
+		}
+		slots[i] = sl
+	}
+	head := seq.head + uint64(len(slots))
+	blob := encodeInflight(slots)
+	m := map[string]any{}
+	var applied bool
+	if seq.exists {
+		applied, err = s.cas(ctx, s.q.seqAppend, int64(head), t, blob, int(a.part), int64(seq.head), seq.issued).MapScanCAS(m)
+	} else {
+		applied, err = s.cas(ctx, s.q.seqCreate, int(a.part), int64(head), t, blob).MapScanCAS(m)
+	}
+	if err != nil {
+		if !retryable(err) {
+			return todo, err
+		}
+		// Outcome unknown: look for our slots.
+		seq2, err2 := s.readSeq(ctx, a.part, true)
+		if err2 != nil || len(seq2.inflight) == 0 || seq2.inflight[0].Nonce != slots[0].Nonce || seq2.inflight[0].Pos != slots[0].Pos {
+			return todo, err // not ours (or replaced: then the edge reads of the next attempt tell)
+		}
+		applied = true
+	}
+	if !applied {
+		return todo, errLostRace
+	}
+	if err := s.crashPoint("sequence-written"); err != nil {
+		return todo, err
+	}
+	if err := a.finish(ctx, slots); err != nil {
+		// The slots are committed in the sequence row: a reader or the next
+		// append writes them. Report the positions anyway.
+		s.opts.OnError(err)
+	} else {
+		a.completed = head
+	}
+	for _, sl := range slots {
+		for _, r := range todo {
+			if r.slot.Nonce == sl.Nonce && r.slot.ESeq == sl.ESeq && r.slot.Event.Item == sl.Event.Item && r.slot.Event.User == sl.Event.User {
+				settle(r, appendRes{res: relayed{pos: sl.Pos, time: sl.Event.EventTime}})
+				break
+			}
+		}
+	}
+	return nil, nil
+}
+
+// finish makes an append's slots durable as outbox rows and clears the pending
+// columns of their edges (recording where each event went). Idempotent.
+func (a *appender) finish(ctx context.Context, slots []slot) error {
+	s := a.s
+	if err := s.writeRows(ctx, a.part, slots); err != nil {
+		return err
+	}
+	return parallel(len(slots), func(i int) error {
+		sl := slots[i]
+		if sl.ESeq == 0 {
+			return nil
+		}
+		bucket := int(edge.BucketOf(sl.Event.User))
+		_, err := s.cas(ctx, s.q.edgeClear, int64(sl.Nonce), int64(sl.ESeq), int64(sl.Pos), sl.Event.EventTime,
+			sl.Event.Item, bucket, sl.Event.User, int64(sl.ESeq)).MapScanCAS(map[string]any{})
+		return err
+	})
+}
+
+// writeRows writes slots as outbox rows, one unlogged batch per chunk
+// partition. Rows are written with their final contents, so writing one twice
+// changes nothing.
+func (s *Store) writeRows(ctx context.Context, part uint32, slots []slot) error {
+	byChunk := map[int64][]slot{}
+	for _, sl := range slots {
+		byChunk[chunkOf(sl.Pos)] = append(byChunk[chunkOf(sl.Pos)], sl)
+	}
+	for chunk, ss := range byChunk {
+		b := s.s.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
+		b.SetConsistency(s.opts.Consistency)
+		for _, sl := range ss {
+			b.Query(s.q.outboxInsert, int(part), chunk, int64(sl.Pos), encodeEvent(sl.Event))
+		}
+		if err := s.s.ExecuteBatch(b); err != nil {
+			return fmt.Errorf("cassandra: write outbox rows of partition %d: %w", part, err)
+		}
+	}
+	return nil
+}
+
+// Read implements pipeline.Log. Every position up to the sequence row's head
+// is an outbox row, or one of the head's inflight slots that the appender has
+// not written yet (Read writes those itself), so a reader never sees a
+// position appear behind its cursor.
+//
+// CompleteThrough is max(last event time − 1, issued): events are stamped at
+// or after the last one and strictly after issued. To let an idle partition's
+// watermark follow the clock, Read records issued = now with a transaction
+// conditioned on the head it read, at most once per IssueEvery of the clock.
+func (s *Store) Read(ctx context.Context, part uint32, after uint64, limit int) ([]edge.Event, pipeline.Head, error) {
+	if int(part) >= s.opts.Partitions {
+		return nil, pipeline.Head{}, fmt.Errorf("cassandra: partition %d out of range", part)
+	}
+	seq, err := s.readSeq(ctx, part, false)
+	if err != nil {
+		return nil, pipeline.Head{}, err
+	}
+	h := pipeline.Head{Pos: seq.head, CompleteThrough: max(seq.lastTime-1, seq.issued)}
+	if now := s.opts.Clock.Now().UnixMilli(); now-h.CompleteThrough >= s.opts.IssueEvery.Milliseconds() && now > seq.issued {
+		var applied bool
+		var err error
+		if seq.exists {
+			applied, err = s.cas(ctx, s.q.seqIssue, now, int(part), int64(seq.head), seq.issued).MapScanCAS(map[string]any{})
+		} else {
+			applied, err = s.cas(ctx, s.q.seqIssueNew, int(part), now).MapScanCAS(map[string]any{})
+		}
+		if err == nil && applied {
+			h.CompleteThrough = now
+		}
+		// Otherwise an append (or another reader) got there first; the old
+		// CompleteThrough is still honest for this head.
+	}
+	if after >= h.Pos || limit <= 0 {
+		return nil, h, nil
+	}
+	upper := min(h.Pos, after+uint64(limit))
+	evs, missing, err := s.readRows(ctx, part, after, upper)
+	if err != nil {
+		return nil, h, err
+	}
+	if len(missing) > 0 {
+		// Missing rows are the head's inflight slots (the appender is
+		// writing them, or died): write them from the sequence row.
+		byPos := map[uint64]slot{}
+		for _, sl := range seq.inflight {
+			byPos[sl.Pos] = sl
+		}
+		var fill []slot
+		for _, p := range missing {
+			sl, ok := byPos[p]
+			if !ok {
+				fill = nil
+				break // the slots were replaced since our read, so they are written now
+			}
+			fill = append(fill, sl)
+		}
+		if fill != nil {
+			if err := s.writeRows(ctx, part, fill); err != nil {
+				return nil, h, err
+			}
+		}
+		evs, missing, err = s.readRows(ctx, part, after, upper)
+		if err != nil {
+			return nil, h, err
+		}
+		if len(missing) > 0 {
+			return nil, h, fmt.Errorf("cassandra: outbox partition %d has no row at position %d below head %d", part, missing[0], h.Pos)
+		}
+	}
+	return evs, h, nil
+}
+
+// readRows reads positions (after, upper] and reports the ones without a row.
+func (s *Store) readRows(ctx context.Context, part uint32, after, upper uint64) ([]edge.Event, []uint64, error) {
+	var evs []edge.Event
+	for c := chunkOf(after + 1); c <= chunkOf(upper); c++ {
+		it := s.read(ctx, s.q.outboxRange, int(part), c, int64(after), int64(upper)).PageSize(1000).Iter()
+		var pos int64
+		var blob []byte
+		for it.Scan(&pos, &blob) {
+			ev, err := decodeEvent(part, uint64(pos), blob)
+			if err != nil {
+				_ = it.Close()
+				return nil, nil, wrapCorrupt(fmt.Sprintf("outbox row %d/%d", part, pos), err)
+			}
+			evs = append(evs, ev)
+		}
+		if err := it.Close(); err != nil {
+			return nil, nil, err
+		}
+	}
+	sort.Slice(evs, func(i, j int) bool { return evs[i].Pos < evs[j].Pos })
+	var missing []uint64
+	next := after + 1
+	for _, ev := range evs {
+		for ; next < ev.Pos; next++ {
+			missing = append(missing, next)
+		}
+		next = ev.Pos + 1
+	}
+	for ; next <= upper; next++ {
+		missing = append(missing, next)
+	}
+	return evs, missing, nil
+}

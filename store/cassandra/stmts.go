@@ -1,0 +1,114 @@
+package cassandra
+
+import "strings"
+
+// stmts are the CQL statements of one keyspace, built once at Open.
+type stmts struct {
+	metaInsert string
+
+	edgeSelect   string
+	edgeInsert   string // a new edge with its pending event: IF NOT EXISTS
+	edgeUpdate   string // a new version with its pending event: IF eseq = ?
+	edgeRecord   string // a record event on an unchanged edge: IF eseq = ?
+	edgeClear    string // pending relayed: IF eseq = ?
+	likersFirst  string
+	likersAfter  string
+	idemSelect   string
+	idemInsert   string
+	idemPurge    string
+	userItemsAdd string
+	userItems    string
+
+	userItemsPurge string
+	erasureInsert  string
+	erasureSelect  string
+	erasureAll     string
+	erasureExists  string
+
+	intentInsert string
+	intentDelete string
+	intentScan   string
+
+	seqSelect    string
+	seqCreate    string // first append: IF NOT EXISTS
+	seqAppend    string // IF head = ? AND issued = ?
+	seqIssue     string // IF head = ? AND issued = ?
+	seqIssueNew  string // IF NOT EXISTS
+	outboxInsert string
+	outboxRange  string
+
+	cellsOfItem   string
+	cellSelect    string
+	cellInsert    string // IF NOT EXISTS
+	cellUpdate    string // IF hwm = ?
+	dedupeUpdate  string
+	dedupeSelect  string
+	cellCount     string
+	positionGet   string
+	positionPut   string
+	positionAll   string
+	watermarksAll string
+}
+
+func newStmts(ks string) stmts {
+	r := strings.NewReplacer("KS.", ks+".")
+	q := func(s string) string { return r.Replace(s) }
+	const edgeCols = `state, epoch, op, updated_at, eseq, pending, branches, last_nonce, relayed_eseq, relayed_pos, relayed_time`
+	return stmts{
+		metaInsert: q(`INSERT INTO KS.meta (name, region, partitions) VALUES (?, ?, ?) IF NOT EXISTS`),
+
+		edgeSelect: q(`SELECT ` + edgeCols + ` FROM KS.edges WHERE item = ? AND bucket = ? AND user = ?`),
+		edgeInsert: q(`INSERT INTO KS.edges (item, bucket, user, state, epoch, op, updated_at, eseq, pending, branches)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS`),
+		edgeUpdate: q(`UPDATE KS.edges SET state = ?, epoch = ?, op = ?, updated_at = ?, eseq = ?, pending = ?, branches = ?
+			WHERE item = ? AND bucket = ? AND user = ? IF eseq = ? AND epoch = ? AND op = ?`),
+		edgeRecord: q(`UPDATE KS.edges SET eseq = ?, pending = ?
+			WHERE item = ? AND bucket = ? AND user = ? IF eseq = ? AND epoch = ? AND op = ?`),
+		edgeClear: q(`UPDATE KS.edges SET pending = null, last_nonce = ?, relayed_eseq = ?, relayed_pos = ?, relayed_time = ?
+			WHERE item = ? AND bucket = ? AND user = ? IF eseq = ?`),
+		likersFirst: q(`SELECT user, state FROM KS.edges WHERE item = ? AND bucket = ?`),
+		likersAfter: q(`SELECT user, state FROM KS.edges WHERE item = ? AND bucket = ? AND user > ?`),
+		idemSelect:  q(`SELECT fingerprint, liked, changed, expires_at FROM KS.idem WHERE user = ? AND key = ?`),
+		idemInsert: q(`INSERT INTO KS.idem (user, key, fingerprint, liked, changed, expires_at) VALUES (?, ?, ?, ?, ?, ?)
+			USING TTL ?`),
+		idemPurge:      q(`DELETE FROM KS.idem WHERE user = ?`),
+		userItemsAdd:   q(`INSERT INTO KS.user_items (user, item) VALUES (?, ?)`),
+		userItems:      q(`SELECT item FROM KS.user_items WHERE user = ? AND item > ? LIMIT ?`),
+		userItemsPurge: q(`DELETE FROM KS.user_items WHERE user = ?`),
+
+		erasureInsert: q(`INSERT INTO KS.erasures (user, state, edges, unliked, started_at, finished_at, cursor)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`),
+		erasureSelect: q(`SELECT user, state, edges, unliked, started_at, finished_at, cursor FROM KS.erasures WHERE user = ?`),
+		erasureAll:    q(`SELECT user, state, edges, unliked, started_at, finished_at, cursor FROM KS.erasures`),
+		erasureExists: q(`SELECT user FROM KS.erasures WHERE user = ?`),
+
+		intentInsert: q(`INSERT INTO KS.relay_intents (partition, item, user, eseq, nonce, created_at) VALUES (?, ?, ?, ?, ?, ?)`),
+		intentDelete: q(`DELETE FROM KS.relay_intents WHERE partition = ? AND item = ? AND user = ? AND eseq = ? AND nonce = ?`),
+		intentScan:   q(`SELECT item, user, eseq, nonce, created_at FROM KS.relay_intents WHERE partition = ?`),
+
+		seqSelect: q(`SELECT head, last_time, issued, inflight FROM KS.outbox_seq WHERE partition = ?`),
+		seqCreate: q(`INSERT INTO KS.outbox_seq (partition, head, last_time, issued, inflight) VALUES (?, ?, ?, 0, ?) IF NOT EXISTS`),
+		seqAppend: q(`UPDATE KS.outbox_seq SET head = ?, last_time = ?, inflight = ?
+			WHERE partition = ? IF head = ? AND issued = ?`),
+		seqIssue:     q(`UPDATE KS.outbox_seq SET issued = ? WHERE partition = ? IF head = ? AND issued = ?`),
+		seqIssueNew:  q(`INSERT INTO KS.outbox_seq (partition, head, last_time, issued) VALUES (?, 0, 0, ?) IF NOT EXISTS`),
+		outboxInsert: q(`INSERT INTO KS.outbox (partition, chunk, pos, event) VALUES (?, ?, ?, ?)`),
+		outboxRange:  q(`SELECT pos, event FROM KS.outbox WHERE partition = ? AND chunk = ? AND pos > ? AND pos <= ?`),
+
+		cellsOfItem: q(`SELECT region, shard, p, n, hwm, watermark FROM KS.cells WHERE item = ? AND kind = 0`),
+		cellSelect:  q(`SELECT hwm FROM KS.cells WHERE item = ? AND kind = 0 AND region = ? AND shard = ? AND user = ''`),
+		cellInsert: q(`INSERT INTO KS.cells (item, kind, region, shard, user, p, n, hwm, watermark)
+			VALUES (?, 0, ?, ?, '', ?, ?, ?, ?) IF NOT EXISTS`),
+		cellUpdate: q(`UPDATE KS.cells SET p = ?, n = ?, hwm = ?, watermark = ?
+			WHERE item = ? AND kind = 0 AND region = ? AND shard = ? AND user = '' IF hwm = ?`),
+		dedupeUpdate: q(`UPDATE KS.cells SET w_epoch = ?, w_op = ?, c_epoch = ?, c_op = ?
+			WHERE item = ? AND kind = 1 AND region = ? AND shard = ? AND user = ?`),
+		dedupeSelect: q(`SELECT user, w_epoch, w_op, c_epoch, c_op FROM KS.cells
+			WHERE item = ? AND kind = 1 AND region = ? AND shard = ? AND user IN ?`),
+		cellCount:     q(`SELECT SUM(p), SUM(n) FROM KS.cells WHERE item = ? AND kind = 0`),
+		positionGet:   q(`SELECT pos, watermark FROM KS.positions WHERE partition = ?`),
+		positionPut:   q(`INSERT INTO KS.positions (partition, pos, watermark) VALUES (?, ?, ?)`),
+		positionAll:   q(`SELECT partition, watermark FROM KS.positions`),
+		watermarksAll: q(`SELECT region, watermark FROM KS.watermarks`),
+	}
+}

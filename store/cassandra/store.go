@@ -1,0 +1,538 @@
+package cassandra
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gocql/gocql"
+
+	"likes/clock"
+	"likes/crdt"
+	"likes/edge"
+	"likes/pipeline"
+)
+
+// ErrClosed is returned by calls on a closed Store.
+var ErrClosed = errors.New("cassandra: store closed")
+
+// ErrBadCursor is returned for a Likers cursor this store did not issue.
+var ErrBadCursor = errors.New("cassandra: bad cursor")
+
+// ErrContention is returned when a read-decide-write loop ran out of attempts
+// (lightweight transactions kept losing to other writers, or Cassandra kept
+// timing out). Nothing of the failed attempt is half-applied beyond what the
+// relay machinery finishes (see doc.go); the caller may retry.
+var ErrContention = errors.New("cassandra: gave up after repeated contention or timeouts")
+
+// Options configures a Store.
+type Options struct {
+	// Session is a session from Connect (or any session whose default
+	// consistency suits); the Store does not close it.
+	Session *gocql.Session
+	// Keyspace holds this region's tables (created by Migrate).
+	Keyspace string
+	// Region is the region this keyspace belongs to. Fixed at creation.
+	Region string
+	// Partitions is the number of log partitions (default 16). Fixed at creation.
+	Partitions int
+	// Clock stamps event times and idempotency records (default: wall clock).
+	Clock clock.Clock
+	// Consistency of ordinary reads and writes and the commit phase of
+	// lightweight transactions (default LOCAL_QUORUM).
+	Consistency gocql.Consistency
+	// Serial is the consistency of lightweight transactions and of the reads
+	// that decide them (default SERIAL; LOCAL_SERIAL keeps Paxos in one
+	// datacenter).
+	Serial gocql.SerialConsistency
+	// MaxBatch bounds the events one outbox append carries (default 128).
+	MaxBatch int
+	// MaxAttempts bounds every read-decide-transaction loop (default 64).
+	MaxAttempts int
+	// IssueEvery is how far a log reader lets CompleteThrough lag the clock
+	// before it records a new one with a transaction (default 50ms).
+	IssueEvery time.Duration
+	// SweepEvery is how often the background sweeper looks for pending events
+	// whose writer died (default 5s; negative: no background sweeper).
+	SweepEvery time.Duration
+	// SweepAge is how old a relay intent must be before the sweeper takes it
+	// over (default 1 minute; must exceed the session's request timeout).
+	SweepAge time.Duration
+	// IdemGrace is added to an idempotency record's Cassandra TTL beyond its
+	// logical expiry (default 1h), so a record is never collected before the
+	// request clock says it expired.
+	IdemGrace time.Duration
+	// OnError reports background failures (sweeper). Default: ignored.
+	OnError func(error)
+}
+
+// Store is one region's Cassandra backend. It implements edge.Store,
+// edge.JobStore, pipeline.Log, pipeline.CellStore and pipeline.CountStore.
+// Safe for concurrent use, and for use by several processes on one keyspace.
+type Store struct {
+	opts Options
+	s    *gocql.Session
+	q    stmts
+
+	locks [1024]sync.Mutex // per-edge stripes: a process never races itself on an edge
+
+	appMu     sync.Mutex
+	appenders map[uint32]*appender
+
+	hook atomic.Pointer[func(stage string) error] // tests: simulated crashes
+
+	ctx     context.Context // canceled by Close: background work stops
+	cancel  context.CancelFunc
+	closing chan struct{}
+	wg      sync.WaitGroup
+	once    sync.Once
+}
+
+var (
+	_ edge.Store          = (*Store)(nil)
+	_ edge.JobStore       = (*Store)(nil)
+	_ pipeline.Log        = (*Store)(nil)
+	_ pipeline.CellStore  = (*Store)(nil)
+	_ pipeline.CountStore = (*Store)(nil)
+)
+
+// Open checks the keyspace's schema and meta (creating the meta row on first
+// use) and starts the background sweeper.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	if opts.Session == nil {
+		return nil, errNoSession
+	}
+	if !ValidKeyspace(opts.Keyspace) {
+		return nil, fmt.Errorf("cassandra: invalid keyspace name %q", opts.Keyspace)
+	}
+	if opts.Region == "" {
+		return nil, errors.New("cassandra: Options.Region is required")
+	}
+	if opts.Partitions == 0 {
+		opts.Partitions = 16
+	}
+	if opts.Partitions < 1 || opts.Partitions > 4096 {
+		return nil, fmt.Errorf("cassandra: Partitions must be in [1, 4096], got %d", opts.Partitions)
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	if opts.Consistency == 0 {
+		opts.Consistency = gocql.LocalQuorum
+	}
+	if opts.Serial == 0 {
+		opts.Serial = gocql.Serial
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 128
+	}
+	if opts.MaxAttempts <= 0 {
+		opts.MaxAttempts = 64
+	}
+	if opts.IssueEvery <= 0 {
+		opts.IssueEvery = 50 * time.Millisecond
+	}
+	if opts.SweepEvery == 0 {
+		opts.SweepEvery = 5 * time.Second
+	}
+	if opts.SweepAge <= 0 {
+		opts.SweepAge = time.Minute
+	}
+	if opts.IdemGrace <= 0 {
+		opts.IdemGrace = time.Hour
+	}
+	if opts.OnError == nil {
+		opts.OnError = func(error) {}
+	}
+	if err := checkSchema(ctx, opts.Session, opts.Keyspace); err != nil {
+		return nil, err
+	}
+	s := &Store{
+		opts:      opts,
+		s:         opts.Session,
+		q:         newStmts(opts.Keyspace),
+		appenders: map[uint32]*appender{},
+		closing:   make(chan struct{}),
+	}
+	if err := s.checkMeta(ctx); err != nil {
+		return nil, err
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if opts.SweepEvery > 0 {
+		s.wg.Add(1)
+		go s.sweepLoop()
+	}
+	return s, nil
+}
+
+func (s *Store) checkMeta(ctx context.Context) error {
+	m := map[string]any{}
+	applied, err := s.cas(ctx, s.q.metaInsert, "store", s.opts.Region, s.opts.Partitions).MapScanCAS(m)
+	if err != nil {
+		return fmt.Errorf("cassandra: meta: %w", err)
+	}
+	if applied {
+		return nil
+	}
+	region, _ := m["region"].(string)
+	parts, _ := m["partitions"].(int)
+	if region != s.opts.Region || parts != s.opts.Partitions {
+		return fmt.Errorf("cassandra: keyspace %s was created for region %q with %d partitions, not region %q with %d",
+			s.opts.Keyspace, region, parts, s.opts.Region, s.opts.Partitions)
+	}
+	return nil
+}
+
+// Partitions implements pipeline.Log.
+func (s *Store) Partitions() int { return s.opts.Partitions }
+
+// Region is the region this store belongs to.
+func (s *Store) Region() string { return s.opts.Region }
+
+// Keyspace is the keyspace this store uses.
+func (s *Store) Keyspace() string { return s.opts.Keyspace }
+
+// Close stops the sweeper and the outbox appenders (failing queued appends
+// with ErrClosed) and waits for them. It does not close the session.
+// Idempotent.
+func (s *Store) Close() error {
+	s.once.Do(func() {
+		close(s.closing)
+		s.cancel()
+		s.wg.Wait()
+	})
+	return nil
+}
+
+func (s *Store) isClosed() bool {
+	select {
+	case <-s.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// --- query helpers -----------------------------------------------------------
+
+// read is an ordinary read or write at Options.Consistency.
+func (s *Store) read(ctx context.Context, stmt string, args ...any) *gocql.Query {
+	return s.s.Query(stmt, args...).WithContext(ctx).Consistency(s.opts.Consistency)
+}
+
+// write is an ordinary (non-conditional) write; the same as read.
+func (s *Store) write(ctx context.Context, stmt string, args ...any) *gocql.Query {
+	return s.read(ctx, stmt, args...).Idempotent(true)
+}
+
+// serial is a read at the serial consistency: it sees every lightweight
+// transaction that completed, and completes any that is half done.
+func (s *Store) serial(ctx context.Context, stmt string, args ...any) *gocql.Query {
+	return s.s.Query(stmt, args...).WithContext(ctx).Consistency(gocql.Consistency(s.opts.Serial))
+}
+
+// cas is a lightweight transaction.
+func (s *Store) cas(ctx context.Context, stmt string, args ...any) *gocql.Query {
+	return s.s.Query(stmt, args...).WithContext(ctx).Consistency(s.opts.Consistency).SerialConsistency(s.opts.Serial)
+}
+
+// retryable reports whether err leaves the outcome of a request unknown or
+// transient: timeouts, unavailability, overload, Paxos contention.
+func retryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var re gocql.RequestError
+	if errors.As(err, &re) {
+		switch re.Code() {
+		case gocql.ErrCodeUnavailable, gocql.ErrCodeOverloaded, gocql.ErrCodeBootstrapping,
+			gocql.ErrCodeWriteTimeout, gocql.ErrCodeReadTimeout, gocql.ErrCodeCASWriteUnknown:
+			return true
+		}
+		return false
+	}
+	return errors.Is(err, gocql.ErrTimeoutNoResponse) || errors.Is(err, gocql.ErrConnectionClosed) ||
+		errors.Is(err, gocql.ErrNoConnections)
+}
+
+// backoff waits a jittered, growing pause before retry attempt n (n >= 1):
+// 1–2ms doubling up to 64–128ms. It is the pause between bounded attempts of
+// a loop that lost a race, never a wait for a condition.
+func backoff(ctx context.Context, n int) error {
+	d := time.Millisecond << min(n-1, 6)
+	d += rand.N(d)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// parallel runs fn(i) for i in [0, n) with at most 16 at a time and returns the
+// first error.
+func parallel(n int, fn func(i int) error) error {
+	if n == 1 {
+		return fn(0)
+	}
+	errs := make([]error, n)
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs[i] = fn(i)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// crashPoint is where tests simulate a crash: a non-nil error stops the write
+// at that stage.
+func (s *Store) crashPoint(stage string) error {
+	if h := s.hook.Load(); h != nil && *h != nil {
+		return (*h)(stage)
+	}
+	return nil
+}
+
+func (s *Store) edgeLock(item, user string) *sync.Mutex {
+	return &s.locks[edge.Hash(item+"\x00"+user)%uint64(len(s.locks))]
+}
+
+// --- edges ---------------------------------------------------------------------
+
+// edgeRow is an edges row as read.
+type edgeRow struct {
+	exists   bool
+	e        edge.Edge
+	eseq     uint64
+	pending  *pending
+	branches crdt.Branches
+	// The last relayed event's attempt nonce, edge event sequence, position
+	// and event time.
+	lastNonce   uint64
+	relayedESeq uint64
+	relayedPos  uint64
+	relayedTime int64
+}
+
+func (s *Store) readEdge(ctx context.Context, item, user string, serial bool) (edgeRow, error) {
+	q := s.read
+	if serial {
+		q = s.serial
+	}
+	var (
+		state                               int8
+		epoch, op, updated, eseq            int64
+		pend, branches                      []byte
+		lastNonce, relESeq, relPos, relTime int64
+	)
+	err := q(ctx, s.q.edgeSelect, item, int(edge.BucketOf(user)), user).Scan(
+		&state, &epoch, &op, &updated, &eseq, &pend, &branches, &lastNonce, &relESeq, &relPos, &relTime)
+	if errors.Is(err, gocql.ErrNotFound) {
+		return edgeRow{e: edge.Edge{Item: item, User: user}}, nil
+	}
+	if err != nil {
+		return edgeRow{}, err
+	}
+	r := edgeRow{
+		exists:      true,
+		e:           edge.Edge{Item: item, User: user, State: crdt.State(state), Version: crdt.Version{Epoch: uint64(epoch), Op: uint64(op)}, UpdatedAt: updated},
+		eseq:        uint64(eseq),
+		lastNonce:   uint64(lastNonce),
+		relayedESeq: uint64(relESeq),
+		relayedPos:  uint64(relPos),
+		relayedTime: relTime,
+	}
+	if len(pend) > 0 {
+		p, err := decodePending(pend)
+		if err != nil {
+			return r, wrapCorrupt(fmt.Sprintf("pending event of edge (%q, %q)", item, user), err)
+		}
+		r.pending = &p
+	}
+	if r.branches, err = decodeBranches(branches); err != nil {
+		return r, wrapCorrupt(fmt.Sprintf("branches of edge (%q, %q)", item, user), err)
+	}
+	return r, nil
+}
+
+// Edge implements edge.Store.
+func (s *Store) Edge(ctx context.Context, item, user string) (edge.Edge, bool, error) {
+	r, err := s.readEdge(ctx, item, user, false)
+	return r.e, r.exists, err
+}
+
+// Branches returns an edge's branch records.
+func (s *Store) Branches(ctx context.Context, item, user string) (crdt.Branches, error) {
+	r, err := s.readEdge(ctx, item, user, false)
+	return r.branches, err
+}
+
+// Likers implements edge.Store. The cursor is the (bucket, user) of the last row
+// looked at (the same format as the embedded store's); a page may hold fewer
+// than limit users when many rows in a row are not LIKED, and then still
+// carries a cursor. Each page reads at most a few buckets of the item.
+func (s *Store) Likers(ctx context.Context, item, cursor string, limit int) ([]string, string, error) {
+	if limit <= 0 {
+		return nil, "", fmt.Errorf("cassandra: Likers limit must be positive, got %d", limit)
+	}
+	bucket, after := 0, ""
+	started := false
+	if cursor != "" {
+		c, err := base64.RawURLEncoding.DecodeString(cursor)
+		if err != nil || len(c) < 2 || c[0] >= edge.Buckets || !utf8.Valid(c[1:]) || strings.IndexByte(string(c[1:]), 0) >= 0 {
+			return nil, "", ErrBadCursor
+		}
+		bucket, after, started = int(c[0]), string(c[1:]), true
+	}
+	budget := 16*limit + 256 // rows looked at per page, as the embedded store
+	var users []string
+	lastBucket, lastUser := bucket, after
+	for ; bucket < edge.Buckets; bucket, started = bucket+1, false {
+		stmt, args := s.q.likersFirst, []any{item, bucket}
+		if started {
+			stmt, args = s.q.likersAfter, []any{item, bucket, after}
+		}
+		it := s.read(ctx, stmt, args...).PageSize(min(budget, 5000)).Iter()
+		var u string
+		var st int8
+		for it.Scan(&u, &st) {
+			if len(users) == limit || budget == 0 {
+				_ = it.Close()
+				return users, likersCursor(lastBucket, lastUser), nil
+			}
+			budget--
+			lastBucket, lastUser = bucket, u
+			if crdt.State(st) == crdt.Liked {
+				users = append(users, u)
+			}
+		}
+		if err := it.Close(); err != nil {
+			return nil, "", err
+		}
+	}
+	return users, "", nil
+}
+
+func likersCursor(bucket int, user string) string {
+	return base64.RawURLEncoding.EncodeToString(append([]byte{byte(bucket)}, user...))
+}
+
+// UserItems implements edge.Store.
+func (s *Store) UserItems(ctx context.Context, user, after string, limit int) ([]string, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	it := s.read(ctx, s.q.userItems, user, after, limit).Iter()
+	var items []string
+	var item string
+	for it.Scan(&item) {
+		items = append(items, item)
+	}
+	return items, it.Close()
+}
+
+// PurgeUser implements edge.Store: the user's idempotency records and item
+// index go (one partition delete each), then a KindPurge event is appended so
+// peers purge too. Retried after a failure it may append a second purge
+// event, which purges nothing more.
+func (s *Store) PurgeUser(ctx context.Context, user string) error {
+	if s.isClosed() {
+		return ErrClosed
+	}
+	if err := s.write(ctx, s.q.idemPurge, user).Exec(); err != nil {
+		return fmt.Errorf("cassandra: purge records of %q: %w", user, err)
+	}
+	if err := s.write(ctx, s.q.userItemsPurge, user).Exec(); err != nil {
+		return fmt.Errorf("cassandra: purge item index of %q: %w", user, err)
+	}
+	ev := edge.Event{User: user, Bucket: edge.BucketOf(user), Kind: edge.KindPurge}
+	_, err := s.appendStandalone(ctx, ev)
+	return err
+}
+
+// Heal appends a reconcile event carrying delta for item to this region's log,
+// so the difference flows through the ordinary fenced pipeline as its own event.
+func (s *Store) Heal(ctx context.Context, item string, delta int64) error {
+	if delta == 0 {
+		return nil
+	}
+	if delta > 1<<30 || delta < -(1<<30) {
+		return fmt.Errorf("cassandra: heal of %d for %q is out of range", delta, item)
+	}
+	_, err := s.appendStandalone(ctx, edge.Event{Item: item, Kind: edge.KindReconcile, Delta: int32(delta)})
+	return err
+}
+
+// --- erasure jobs ------------------------------------------------------------
+
+// PutErasure implements edge.JobStore. The job row is also the user's erasure
+// marker; Apply reads it at Options.Consistency after this write returns, so
+// every later Apply sees the user as erased. An Apply that read the marker
+// just before it was written is caught after its write (see doc.go).
+func (s *Store) PutErasure(ctx context.Context, j edge.ErasureJob) error {
+	if s.isClosed() {
+		return ErrClosed
+	}
+	return s.write(ctx, s.q.erasureInsert, j.User, j.State, j.Edges, j.Unliked, j.StartedAt, j.FinishedAt, j.Cursor).Exec()
+}
+
+func scanJob(sc interface{ Scan(...any) bool }, j *edge.ErasureJob) bool {
+	return sc.Scan(&j.User, &j.State, &j.Edges, &j.Unliked, &j.StartedAt, &j.FinishedAt, &j.Cursor)
+}
+
+// Erasure implements edge.JobStore.
+func (s *Store) Erasure(ctx context.Context, user string) (edge.ErasureJob, bool, error) {
+	it := s.read(ctx, s.q.erasureSelect, user).Iter()
+	var j edge.ErasureJob
+	ok := scanJob(it, &j)
+	if err := it.Close(); err != nil {
+		return edge.ErasureJob{}, false, err
+	}
+	if !ok {
+		return edge.ErasureJob{}, false, nil
+	}
+	return j, true, nil
+}
+
+// Erasures implements edge.JobStore (a scan of the erasures table).
+func (s *Store) Erasures(ctx context.Context) ([]edge.ErasureJob, error) {
+	it := s.read(ctx, s.q.erasureAll).PageSize(1000).Iter()
+	var out []edge.ErasureJob
+	for {
+		var j edge.ErasureJob
+		if !scanJob(it, &j) {
+			break
+		}
+		out = append(out, j)
+	}
+	return out, it.Close()
+}
+
+// erased reports whether the user's erasure has started.
+func (s *Store) erased(ctx context.Context, user string) (bool, error) {
+	it := s.read(ctx, s.q.erasureExists, user).Iter()
+	var u string
+	ok := it.Scan(&u)
+	return ok, it.Close()
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -57,24 +58,51 @@ func Sign(secret []byte, user string, admin bool, ttl time.Duration, now time.Ti
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(secret)
 }
 
-// Verifier checks tokens against one secret.
+// Verifier checks tokens against one secret. Verified tokens are remembered
+// until they expire (a bounded cache keyed by the whole token string), because
+// an HMAC check and JSON decode per request cost more than the rest of a read.
 type Verifier struct {
 	secret []byte
 	parser *jwt.Parser
+	now    func() time.Time
+
+	mu    sync.Mutex
+	cache map[string]cachedClaims
 }
+
+type cachedClaims struct {
+	c   Claims
+	exp time.Time
+}
+
+// verifiedCacheMax bounds the verified-token cache; it is cleared when full.
+const verifiedCacheMax = 1 << 16
+
+// leeway tolerates clock skew between the issuer and this verifier.
+const leeway = 5 * time.Second
 
 // NewVerifier returns a Verifier; now is the time source for expiry checks.
 func NewVerifier(secret []byte, now func() time.Time) *Verifier {
-	return &Verifier{secret: secret, parser: jwt.NewParser(
+	return &Verifier{secret: secret, now: now, cache: map[string]cachedClaims{}, parser: jwt.NewParser(
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
 		jwt.WithExpirationRequired(),
 		jwt.WithTimeFunc(now),
-		jwt.WithLeeway(5*time.Second),
+		jwt.WithLeeway(leeway),
 	)}
 }
 
 // Verify returns the token's claims or an error wrapping ErrInvalidToken.
 func (v *Verifier) Verify(token string) (Claims, error) {
+	now := v.now()
+	v.mu.Lock()
+	if e, ok := v.cache[token]; ok {
+		if now.Before(e.exp) {
+			v.mu.Unlock()
+			return e.c, nil
+		}
+		delete(v.cache, token)
+	}
+	v.mu.Unlock()
 	var c claims
 	_, err := v.parser.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return v.secret, nil })
 	if err != nil {
@@ -83,5 +111,14 @@ func (v *Verifier) Verify(token string) (Claims, error) {
 	if c.Subject == "" {
 		return Claims{}, fmt.Errorf("%w: no sub", ErrInvalidToken)
 	}
-	return Claims{User: c.Subject, Admin: c.Admin}, nil
+	out := Claims{User: c.Subject, Admin: c.Admin}
+	if c.ExpiresAt != nil {
+		v.mu.Lock()
+		if len(v.cache) >= verifiedCacheMax {
+			clear(v.cache)
+		}
+		v.cache[token] = cachedClaims{c: out, exp: c.ExpiresAt.Add(leeway)}
+		v.mu.Unlock()
+	}
+	return out, nil
 }

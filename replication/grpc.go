@@ -13,10 +13,12 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
+
+	"likes/internal/rpcjson"
 )
 
 // The gRPC service, described by hand (no code generation): messages are the
-// Go structs below, encoded by jsonCodec.
+// Go structs below, encoded by rpcjson.Codec (JSON, per connection, never registered globally).
 const (
 	serviceName   = "likes.replication.v1.Replication"
 	methodPush    = "/" + serviceName + "/Push"
@@ -129,7 +131,7 @@ func (s *Server) handleDigest(ctx context.Context, in *digestRequest) (*digestRe
 // pings.
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.ForceServerCodecV2(jsonCodec{}),
+		grpc.ForceServerCodecV2(rpcjson.Codec{}),
 		grpc.MaxRecvMsgSize(maxMsgDefault),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}
@@ -221,7 +223,7 @@ func (t *GRPCTransport) conn(addr string) (*grpc.ClientConn, error) {
 			Time: t.cfg.KeepaliveTime, Timeout: t.cfg.KeepaliveTimeout, PermitWithoutStream: true,
 		}),
 		grpc.WithDefaultCallOptions(
-			grpc.ForceCodecV2(jsonCodec{sent: &bc.sent, received: &bc.received}),
+			grpc.ForceCodecV2(rpcjson.Codec{Sent: &bc.sent, Received: &bc.received}),
 			grpc.MaxCallSendMsgSize(t.cfg.MaxMsgSize),
 			grpc.MaxCallRecvMsgSize(t.cfg.MaxMsgSize),
 		),

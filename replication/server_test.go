@@ -12,6 +12,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"likes/internal/rpcjson"
 	"likes/crdt"
 	"likes/edge"
 )
@@ -118,7 +119,7 @@ func TestWireVersionAndSharedServer(t *testing.T) {
 	t.Cleanup(r.stop)
 
 	cc, err := grpc.NewClient("passthrough:///"+lisAddr.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(jsonCodec{})))
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rpcjson.Codec{})))
 	if err != nil {
 		t.Fatal(err)
 	}

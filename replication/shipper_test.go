@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"likes/internal/rpcjson"
 	"likes/clock"
 	"likes/crdt"
 )
@@ -165,7 +166,7 @@ func (f *flakyTransport) fault(kind string) {
 
 // wire copies v through the codec, as the network would.
 func wire[T any](t T) T {
-	var c jsonCodec
+	var c rpcjson.Codec
 	bs, err := c.Marshal(t)
 	if err != nil {
 		panic(err)

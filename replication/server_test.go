@@ -12,9 +12,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"likes/internal/rpcjson"
 	"likes/crdt"
 	"likes/edge"
+	"likes/internal/rpcjson"
 )
 
 func ev(p uint32, pos uint64) edge.Event {

@@ -14,9 +14,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"likes/internal/rpcjson"
 	"likes/clock"
 	"likes/crdt"
+	"likes/internal/rpcjson"
 )
 
 const parts = 4

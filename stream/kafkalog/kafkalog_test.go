@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -604,4 +605,44 @@ func TestCodecRoundTrip(t *testing.T) {
 		}
 		_, _ = decodeEvent(b) // never panics
 	}
+}
+
+// Close stops every goroutine the Relay and the Log started, and is idempotent.
+func TestCloseStopsGoroutines(t *testing.T) {
+	b := kfakeBackend()
+	clk := clock.NewFake(time.UnixMilli(t0))
+	src := openSource(t, 4, clk)
+	cfg := testConfig(t, b, 4)
+	if err := EnsureTopics(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	base := runtime.NumGoroutine()
+	for range 3 {
+		r, err := NewRelay(context.Background(), cfg, src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := NewLog(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		newWorkload(src, clk, 1).run(t, 20)
+		flush(t, r)
+		checkSameLog(t, src, l)
+		for range 2 {
+			if err := r.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := r.Flush(context.Background()); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Flush after Close: %v", err)
+		}
+		if _, _, err := l.Read(context.Background(), 0, 0, 1); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Read after Close: %v", err)
+		}
+	}
+	waitFor(t, "goroutines to stop", 10*time.Second, func() bool { return runtime.NumGoroutine() <= base })
 }

@@ -51,6 +51,11 @@ type Config struct {
 	Ready func(ctx context.Context) error
 	// Admin serves the operator endpoints (nil: they answer 404).
 	Admin Admin
+	// UserHome, when set, names the region that owns a user's range and its
+	// HTTP base URL. Account erasure runs at the owner (where the user's writes
+	// are serialized and the erasure mark blocks them), so other regions relay
+	// the erasure requests there. Nil: this region owns every user.
+	UserHome func(user string) (self bool, url string, err error)
 }
 
 // Admin is the operator surface of a region.
@@ -465,12 +470,54 @@ func (s *Server) selfOrAdmin(r *http.Request) (string, *apiError) {
 	return user, nil
 }
 
+// relayHome sends the request to the user's home region when that is not this
+// one; handled reports whether it did (successfully or with an error).
+func (s *Server) relayHome(w http.ResponseWriter, r *http.Request, user string) (handled bool, e *apiError) {
+	if s.cfg.UserHome == nil || r.Header.Get(relayedHeader) != "" {
+		return false, nil
+	}
+	self, base, err := s.cfg.UserHome(user)
+	if err != nil {
+		return true, retryable(http.StatusServiceUnavailable, "not_authoritative", "the user's home region is unknown right now; retry", time.Second)
+	}
+	if self {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, r.Method, strings.TrimRight(base, "/")+r.URL.EscapedPath(), nil)
+	if err != nil {
+		return true, errorf(http.StatusInternalServerError, "internal", "internal error")
+	}
+	req.Header.Set("Authorization", r.Header.Get("Authorization"))
+	req.Header.Set(relayedHeader, s.cfg.Region)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return true, retryable(http.StatusServiceUnavailable, "not_authoritative", "the user's home region is unreachable; retry", time.Second)
+	}
+	defer resp.Body.Close()
+	for _, h := range []string{"Content-Type", "Retry-After"} {
+		if v := resp.Header.Get(h); v != "" {
+			w.Header().Set(h, v)
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, io.LimitReader(resp.Body, s.cfg.MaxBodyBytes))
+	return true, nil
+}
+
+// relayedHeader marks a request relayed from another region (never relayed again).
+const relayedHeader = "X-Likes-Relayed-From"
+
 func (s *Server) erase(w http.ResponseWriter, r *http.Request) *apiError {
 	user, e := s.selfOrAdmin(r)
 	if e != nil {
 		return e
 	}
 	if e := drainBody(r); e != nil {
+		return e
+	}
+	if handled, e := s.relayHome(w, r, user); handled {
 		return e
 	}
 	job, err := s.cfg.Eraser.Start(r.Context(), user)
@@ -488,6 +535,9 @@ func (s *Server) erase(w http.ResponseWriter, r *http.Request) *apiError {
 func (s *Server) erasure(w http.ResponseWriter, r *http.Request) *apiError {
 	user, e := s.selfOrAdmin(r)
 	if e != nil {
+		return e
+	}
+	if handled, e := s.relayHome(w, r, user); handled {
 		return e
 	}
 	job, ok, err := s.cfg.Eraser.Status(r.Context(), user)

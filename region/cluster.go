@@ -257,3 +257,21 @@ func (n noLeaseAuthority) Authorize(ctx context.Context, user string) (uint64, e
 	}
 	return e, err
 }
+
+// userHome says whether this region owns user's range, else the owner's HTTP
+// base URL (from gossip).
+func (p *clusterParts) userHome(user string) (bool, string, error) {
+	owner, _ := p.authority.Owner(user)
+	if owner == "" {
+		return false, "", fmt.Errorf("region: no pin for user's range")
+	}
+	if owner == p.member.Self().Region {
+		return true, "", nil
+	}
+	for _, peer := range p.member.Peers() {
+		if peer.Region == owner && peer.HTTPAddr != "" {
+			return false, peer.HTTPAddr, nil
+		}
+	}
+	return false, "", fmt.Errorf("region: owner %s has no known HTTP address", owner)
+}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -129,19 +130,27 @@ func startTri(t *testing.T) *triCluster {
 		if name == "ap" {
 			etcdCli = apCli
 		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
 		r, err := region.Open(context.Background(), region.Config{
 			Name: name, DataDir: data, Partitions: 4, Window: 50 * time.Millisecond,
 			Secret: triSecret, UserRate: -1, Logger: logger,
 			Cluster: &region.Cluster{
 				Etcd: etcdCli, Epoch: ecfg, Regions: triNames,
 				GRPCListen: "127.0.0.1:0", GossipBind: "127.0.0.1", GossipPort: 0, Seeds: seeds,
+				HTTPAdvertise: "http://" + ln.Addr().String(),
 				AntiEntropy: 500 * time.Millisecond,
 			},
 		})
 		if err != nil {
 			t.Fatalf("open region %s: %v", name, err)
 		}
-		srv := httptest.NewServer(r.API)
+		srv := httptest.NewUnstartedServer(r.API)
+		_ = srv.Listener.Close()
+		srv.Listener = ln
+		srv.Start()
 		t.Cleanup(func() {
 			srv.Close()
 			if err := r.Close(); err != nil {

@@ -200,9 +200,14 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 		userLimiter = inproc.NewLimiter(cfg.Clock, cfg.UserRate, cfg.UserBurst)
 	}
 	r.regions = regions
+	var userHome func(string) (bool, string, error)
+	if r.cluster != nil {
+		userHome = r.cluster.userHome
+	}
 	r.API, err = api.New(api.Config{
-		Admin:  newAdmin(r),
-		Region: cfg.Name, Service: r.Service, Eraser: r.Eraser, Store: st, Counts: r.Counts,
+		Admin:    newAdmin(r),
+		UserHome: userHome,
+		Region:   cfg.Name, Service: r.Service, Eraser: r.Eraser, Store: st, Counts: r.Counts,
 		Verifier:    auth.NewVerifier(cfg.Secret, cfg.Clock.Now),
 		UserLimiter: userLimiter, IPLimiter: ipLimiter, MaxInFlightWrites: cfg.MaxInFlightWrites,
 		Registry: r.Registry, Clock: cfg.Clock,

@@ -23,3 +23,26 @@ unit:
 ## bench: the load tool against likesd, with redis-benchmark as the same-run reference
 bench:
 	bash scripts/bench.sh
+
+# --- production engines (DESIGN.md §7), not part of `make test` ---------------
+.PHONY: servers servers-down test-engines
+ENGINES ?= etcd redis kafka cassandra
+ENGINE_PKGS ?= ./store/... ./epoch/... ./inproc/... ./cache/...
+
+## servers: install what is missing and start etcd, Redis, Kafka and Cassandra on loopback
+servers:
+	bash scripts/servers.sh up $(ENGINES)
+
+## servers-down: stop the servers `make servers` started
+servers-down:
+	bash scripts/servers.sh down
+
+## test-engines: the contract suites against the real engines (starts them, stops them after;
+## KEEP_SERVERS=1 leaves them up)
+test-engines:
+	bash scripts/servers.sh up $(ENGINES)
+	@rc=0; eval "$$(bash scripts/servers.sh env)"; \
+	  env | grep '^LIKES_TEST_' | sort; \
+	  $(GO) test -race -count=1 -timeout 20m $(ENGINE_PKGS) || rc=$$?; \
+	  if [ -z "$(KEEP_SERVERS)" ]; then bash scripts/servers.sh down || true; fi; \
+	  exit $$rc

@@ -95,12 +95,12 @@ func run(t *testing.T, o Options) *Report {
 // TestNormalSchedule runs the seeded schedule (every nemesis kind once) under
 // load and expects every guarantee to hold.
 func TestNormalSchedule(t *testing.T) {
-	rep := run(t, Options{Seed: 5, Duration: 70 * time.Second})
+	rep := run(t, Options{Seed: 5, Duration: 80 * time.Second})
 	if !rep.Pass {
 		t.Errorf("%d violations %v (seed %d); replay with: %s", rep.Mismatches, rep.Check.ByCheck, rep.Seed, rep.Replay)
 	}
-	if got := len(rep.FaultsByKnd); got != len(AllNemeses) {
-		t.Errorf("schedule injected %d kinds of faults %v, want all %d", got, rep.FaultsByKnd, len(AllNemeses))
+	if got := len(rep.FaultsByKind); got != len(AllNemeses) {
+		t.Errorf("schedule injected %d kinds of faults %v, want all %d", got, rep.FaultsByKind, len(AllNemeses))
 	}
 	if rep.Ops.AckedWrites < 1000 || rep.Check.SamplesChecked < 100 || rep.Check.EventsChecked < 1000 {
 		t.Errorf("too little checked: %d acknowledged writes, %d samples, %d log events", rep.Ops.AckedWrites,

@@ -44,6 +44,7 @@ const (
 	CheckDurable     = "ack-durable"        // an acknowledged write's key is in no region's log
 	CheckErasure     = "erasure"            // an erased user still has a LIKED edge
 	CheckPin         = "pin"                // a write without a valid pin
+	CheckPlanned     = "planned-move-clean" // a planned move's new owner started before catching up
 	CheckAsOf        = "asof"               // a count claims more freshness than it has
 )
 
@@ -126,6 +127,7 @@ func Check(in CheckInput) *CheckResult {
 	res.ExcusedOps = len(excused)
 	checkFinal(in, res, excused)
 	checkPins(in, res)
+	checkPlanned(in, res)
 	checkAsOf(in, res)
 	sort.SliceStable(res.Violations, func(i, j int) bool { return res.Violations[i].Check < res.Violations[j].Check })
 	return res
@@ -481,6 +483,45 @@ func checkPins(in CheckInput, res *CheckResult) {
 		if reported > maxPerRegion {
 			res.Violations = append(res.Violations, Violation{Check: CheckPin, Region: r,
 				Detail: fmt.Sprintf("… and %d more pin violations at %s", reported-maxPerRegion, r)})
+		}
+	}
+}
+
+// checkPlanned: a planned move is clean (DESIGN section 5: the old owner
+// stops, its log is replicated, the new owner catches up, then starts), so the
+// new owner of a planned epoch e+1 never has to correct for a version of epoch
+// e: a correction event at the region pinned at e+1 for a version of epoch e
+// means it opened its branch without that version.
+func checkPlanned(in CheckInput, res *CheckResult) {
+	pins := map[uint32]map[uint64]PinVersion{}
+	for _, v := range in.Pins {
+		if pins[v.Range] == nil {
+			pins[v.Range] = map[uint64]PinVersion{}
+		}
+		pins[v.Range][v.Epoch] = v
+	}
+	const maxReported = 20
+	reported := 0
+	for _, r := range in.Regions {
+		for _, ev := range in.Logs[r] {
+			if ev.kind() != edge.KindCorrection {
+				continue
+			}
+			g := edge.RangeOf(ev.User, in.Ranges)
+			e := ev.Version.Epoch
+			next, ok := pins[g][e+1]
+			if !ok || next.Region != r || !in.Planned[PlannedMove{g, e + 1}] {
+				continue
+			}
+			reported++
+			if reported > maxReported {
+				res.ByCheck[CheckPlanned]++
+				continue
+			}
+			res.add(Violation{Check: CheckPlanned, Region: r, Item: ev.Item, User: ev.User,
+				Detail: fmt.Sprintf("correction (delta %+d) at %s for epoch-%d version op %d of range %d, which moved to %s at epoch %d by a planned move (notBefore %s): the new owner started without the old owner's write",
+					ev.Delta, time.UnixMilli(ev.EventTime).UTC().Format("15:04:05.000"), e, ev.Version.Op, g, r, e+1,
+					next.NotBefore.UTC().Format("15:04:05.000"))})
 		}
 	}
 }

@@ -345,31 +345,54 @@ func (c *Cluster) addProxy(l Link, upstream string) error {
 	return nil
 }
 
-// freePort finds a port free on loopback (also for UDP when udp is set:
-// memberlist binds both) that this cluster has not handed out yet.
-func (c *Cluster) freePort(udp bool) (int, error) {
-	for range 200 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ok := !c.ports[port]
-		if ok && udp {
-			u, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-			if err != nil {
-				ok = false
-			} else {
-				_ = u.Close()
+// portBase is the low end of the kernel's ephemeral port range: ports below
+// it are never handed out for outgoing connections or ":0" listeners (the
+// proxies), so a port picked there stays free for a region across restarts.
+func portBase() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if lo, err := strconv.Atoi(f[0]); err == nil && lo > 12000 {
+				return lo
 			}
 		}
-		_ = ln.Close()
-		if ok {
-			c.ports[port] = true
-			return port, nil
+	}
+	return 32768
+}
+
+// freePort finds a port free on loopback (also for UDP when udp is set:
+// memberlist binds both), below the ephemeral range, that this cluster has not
+// handed out yet.
+func (c *Cluster) freePort(udp bool) (int, error) {
+	hi := portBase()
+	span := hi - 10000
+	start := int(time.Now().UnixNano()%int64(span)) + os.Getpid()%span
+	for i := range 2000 {
+		port := 10000 + (start+i*7919)%span
+		if c.ports[port] || !portFree(port, udp) {
+			continue
 		}
+		c.ports[port] = true
+		return port, nil
 	}
 	return 0, errors.New("no free port found")
+}
+
+func portFree(port int, udp bool) bool {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer ln.Close()
+	if udp {
+		u, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return false
+		}
+		_ = u.Close()
+	}
+	return true
 }
 
 // freePair finds P such that P and P+1 are free.
@@ -379,14 +402,9 @@ func (c *Cluster) freePair() (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+1)))
-		if err != nil || c.ports[p+1] {
-			if ln != nil {
-				_ = ln.Close()
-			}
+		if p+1 >= portBase() || c.ports[p+1] || !portFree(p+1, false) {
 			continue
 		}
-		_ = ln.Close()
 		c.ports[p+1] = true
 		return p, nil
 	}

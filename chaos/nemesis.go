@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -33,6 +34,10 @@ const (
 	// NemFailover cuts a region's peer links, lets it take writes that cannot
 	// replicate, then cuts its etcd link until its ranges fail over.
 	NemFailover = "failover-unreplicated"
+	// NemMovePartitioned drains a region (planned moves) while its peer links
+	// are cut, so its last writes have not replicated when the new owner's
+	// epoch starts: DESIGN section 5 says planned moves are clean (a barrier).
+	NemMovePartitioned = "move-partitioned"
 	// NemDelay delays a region's peer links.
 	NemDelay = "delay"
 	// NemReset resets a region's peer links and refuses new connections.
@@ -40,7 +45,8 @@ const (
 )
 
 // AllNemeses lists every kind, in a fixed order.
-var AllNemeses = []string{NemPartition, NemOneWay, NemEtcdSplit, NemKill, NemPause, NemMovePins, NemFailover, NemDelay, NemReset}
+var AllNemeses = []string{NemPartition, NemOneWay, NemEtcdSplit, NemKill, NemPause, NemMovePins, NemFailover,
+	NemMovePartitioned, NemDelay, NemReset}
 
 // Episode is one planned fault.
 type Episode struct {
@@ -51,6 +57,24 @@ type Episode struct {
 	Duration time.Duration `json:"duration"`
 	Delay    time.Duration `json:"delay,omitempty"` // delay: per-chunk latency
 	Drain    bool          `json:"drain,omitempty"` // move-pins: drain the region instead of a few ranges
+}
+
+// MarshalJSON writes durations as strings ("6.4s").
+func (e Episode) MarshalJSON() ([]byte, error) {
+	type plain Episode
+	return json.Marshal(struct {
+		plain
+		At       string `json:"at"`
+		Duration string `json:"duration"`
+		Delay    string `json:"delay,omitempty"`
+	}{plain(e), e.At.String(), e.Duration.String(), durString(e.Delay)})
+}
+
+func durString(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
 }
 
 func (e Episode) String() string {
@@ -112,6 +136,10 @@ func PlanSchedule(seed uint64, span time.Duration, regions []string, kinds []str
 			e.Duration = ttl + time.Second // watch the move take effect
 		case NemFailover:
 			e.Duration = dur(time.Second, 2*time.Second) // unreplicated writes before the etcd cut
+		case NemMovePartitioned:
+			others := without(regions, e.Region)
+			e.Target = others[rng.IntN(len(others))]
+			e.Duration = dur(2*time.Second, 3*time.Second) // unreplicated writes before the drain
 		case NemDelay:
 			e.Duration = dur(3*time.Second, 6*time.Second)
 			e.Delay = dur(50*time.Millisecond, 300*time.Millisecond)
@@ -120,8 +148,11 @@ func PlanSchedule(seed uint64, span time.Duration, regions []string, kinds []str
 		}
 		// Estimated length (failover waits for the lease to expire).
 		length := e.Duration
-		if kind == NemFailover {
+		switch kind {
+		case NemFailover:
 			length += 4*ttl + 3*time.Second
+		case NemMovePartitioned:
+			length += ttl + 3*time.Second
 		}
 		if at+length > span && len(out) > 0 {
 			break
@@ -299,6 +330,8 @@ func (n *Nemesis) run(ctx context.Context, e Episode) (string, error) {
 		return detail, sleep(ctx, e.Duration)
 	case NemFailover:
 		return n.failover(ctx, e)
+	case NemMovePartitioned:
+		return n.movePartitioned(ctx, e)
 	case NemDelay:
 		links := c.PeerLinks(r)
 		n.setLinks(links, proxy.Mode{Kind: proxy.Pass, Delay: e.Delay})
@@ -401,10 +434,32 @@ func (n *Nemesis) failover(ctx context.Context, e Episode) (string, error) {
 	return fmt.Sprintf("%s cut from peers for %v, then from etcd; its %d ranges failed over", r, e.Duration.Round(time.Millisecond), before[r]), err
 }
 
+// movePartitioned cuts the region's peer links, lets it take writes that
+// cannot replicate, drains it to the target (planned moves), lets the target
+// start its epochs and take writes, then heals.
+func (n *Nemesis) movePartitioned(ctx context.Context, e Episode) (string, error) {
+	c := n.c
+	peers := c.PeerLinks(e.Region)
+	// Reset, not blackhole: forwards to the region fail fast, so clients
+	// retry and reach it directly, and it takes writes it cannot ship.
+	n.setLinks(peers, proxy.Mode{Kind: proxy.Reset})
+	defer n.setLinks(peers, pass)
+	if err := sleep(ctx, e.Duration); err != nil {
+		return "", err
+	}
+	detail, err := n.movePins(ctx, Episode{Region: e.Region, Target: e.Target, Drain: true})
+	if err != nil {
+		return detail, err
+	}
+	cfg := c.EpochConfig()
+	err = sleep(ctx, cfg.TTL+cfg.MaxSkew+2*time.Second)
+	return fmt.Sprintf("%s cut from peers for %v, then %s", e.Region, e.Duration.Round(time.Millisecond), detail), err
+}
+
 // affects reports the region a nemesis event degrades (for failover windows).
 func (e NemesisEvent) affects(region string) bool {
 	if e.Region == region {
-		return e.Kind != NemMovePins && e.Kind != NemDelay
+		return e.Kind != NemMovePins && e.Kind != NemDelay && e.Kind != NemMovePartitioned
 	}
 	return false
 }

@@ -71,7 +71,7 @@ type Report struct {
 	Replay      string                 `json:"replay"`
 	Schedule    []Episode              `json:"schedule"`
 	Faults      []NemesisEvent         `json:"faults"`
-	FaultsByKnd map[string]int         `json:"faultsByKind"`
+	FaultsByKind map[string]int         `json:"faultsByKind"`
 	Links       map[string]proxy.Stats `json:"links"`
 	Ops         OpStats                `json:"ops"`
 	PinVersions int                    `json:"pinVersions"`
@@ -100,6 +100,9 @@ func ReplayCommand(o Options) string {
 	}
 	if o.Workload.PErase != 0 {
 		s += fmt.Sprintf(" --p-erase %g", o.Workload.PErase)
+	}
+	if o.Workload.PStale != 0 {
+		s += fmt.Sprintf(" --p-stale %g", o.Workload.PStale)
 	}
 	if o.Schedule != nil {
 		s += "   (this run used a fixed schedule, see report.json; the command replays the seeded one)"
@@ -237,9 +240,8 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 			}
 		}
 	}()
-	nemErr := nem.Run(runCtx, start, sched)
-	if nemErr == nil {
-		nemErr = sleep(runCtx, o.Tail)
+	if nem.Run(runCtx, start, sched) == nil { // an error here is only the end of ctx
+		_ = sleep(runCtx, o.Tail)
 	}
 	wl.Stop()
 	close(progDone)
@@ -295,9 +297,9 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	rep.Finished = time.Now()
 	rep.Elapsed = rep.Finished.Sub(rep.Started).Round(time.Second).String()
 	rep.Faults = in.Nemesis
-	rep.FaultsByKnd = map[string]int{}
+	rep.FaultsByKind = map[string]int{}
 	for _, e := range in.Nemesis {
-		rep.FaultsByKnd[e.Kind]++
+		rep.FaultsByKind[e.Kind]++
 	}
 	rep.Links = cl.LinkStats()
 	rep.Ops = opStats(ops, len(in.Samples))
@@ -662,7 +664,7 @@ func (rep *Report) Summary() string {
 	fmt.Fprintf(&b, "                     by kind %v; %d stale retries, %d post-erasure writes, %d count samples\n",
 		sortedMap(o.ByKind), o.StaleRetries, o.PostErasure, o.Samples)
 	fmt.Fprintf(&b, "  acknowledged writes: %d\n", o.AckedWrites)
-	fmt.Fprintf(&b, "  faults injected:   %d %v\n", len(rep.Faults), sortedMap(rep.FaultsByKnd))
+	fmt.Fprintf(&b, "  faults injected:   %d %v\n", len(rep.Faults), sortedMap(rep.FaultsByKind))
 	for _, f := range rep.Faults {
 		fmt.Fprintf(&b, "    %s %-22s %s", f.Start.Format("15:04:05.0"), f.Kind, f.Detail)
 		if f.Err != "" {

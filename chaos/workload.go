@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,7 +31,7 @@ type WorkloadConfig struct {
 	MaxAttempts    int           // sends per op before giving up (default 6)
 	MaxOps         int           // total ops bound (default 100000)
 	SampleEvery    time.Duration // count sampling period (default 100ms)
-	// Probabilities per op (defaults in parentheses).
+	// Probabilities per op (defaults in parentheses; negative: never).
 	PDup     float64 // send a like/unlike 2-3 times concurrently (0.05)
 	PStale   float64 // stale retry of an old like after a later unlike (0.04)
 	PRetract float64 // admin retraction of one of the client's edges (0.01)
@@ -62,8 +63,11 @@ func (c *WorkloadConfig) defaults() {
 		c.SampleEvery = 100 * time.Millisecond
 	}
 	fdef := func(p *float64, v float64) {
-		if *p == 0 {
+		switch {
+		case *p == 0:
 			*p = v
+		case *p < 0: // explicitly off
+			*p = 0
 		}
 	}
 	fdef(&c.PDup, 0.05)
@@ -328,16 +332,13 @@ func (c *client) stale(ctx context.Context) bool {
 	if len(cands) == 0 {
 		return false
 	}
-	// Map iteration order is random: sort for a seed-determined choice.
-	best := cands[0]
-	for _, o := range cands {
-		if o.ID < best.ID {
-			best = o
-		}
-	}
-	op := cands[c.rng.IntN(len(cands))]
-	if c.rng.Float64() < 0.3 {
-		op = best
+	// Map iteration order is random: choose by op id so the seed decides.
+	// Half the time the newest candidate: recent writes are the ones a fault
+	// may have left unreplicated.
+	sort.Slice(cands, func(i, j int) bool { return cands[i].ID < cands[j].ID })
+	op := cands[len(cands)-1]
+	if c.rng.IntN(2) == 0 {
+		op = cands[c.rng.IntN(len(cands))]
 	}
 	var u *user
 	for _, uu := range c.users {

@@ -141,7 +141,7 @@ func startTri(t *testing.T) *triCluster {
 				Etcd: etcdCli, Epoch: ecfg, Regions: triNames,
 				GRPCListen: "127.0.0.1:0", GossipBind: "127.0.0.1", GossipPort: 0, Seeds: seeds,
 				HTTPAdvertise: "http://" + ln.Addr().String(),
-				AntiEntropy: 500 * time.Millisecond,
+				AntiEntropy:   500 * time.Millisecond,
 			},
 		})
 		if err != nil {

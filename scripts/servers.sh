@@ -260,6 +260,8 @@ ready_redis() {
 
 ready_kafka() {
 	port_open "$KAFKA_PORT" || return 1
+	# Cheap first: a JVM per poll would slow the broker's own start on 2 cores.
+	grep -q 'Kafka Server started' "$RUN/kafka.log" 2>/dev/null || return 1
 	timeout 30 java -Xmx128m -cp "$SERVERS_HOME/kafka/lib/*" \
 		-Dlog4j2.configurationFile="$RUN/kafka-tools-log4j2.properties" \
 		org.apache.kafka.tools.TopicCommand --bootstrap-server "127.0.0.1:$KAFKA_PORT" --list >/dev/null 2>&1
@@ -300,6 +302,7 @@ cql_query() {
 
 ready_cassandra() {
 	port_open "$CASSANDRA_PORT" || return 1
+	grep -q 'Starting listening for CQL clients' "$RUN/cassandra.log" 2>/dev/null || return 1
 	cql_query "$CASSANDRA_PORT" "SELECT release_version FROM system.local" | grep -qE '[0-9]+\.[0-9]+\.[0-9]+'
 }
 
@@ -342,7 +345,7 @@ start_etcd() {
 		--listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
 		--initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
 		--initial-cluster "likes=http://127.0.0.1:$ETCD_PEER_PORT" \
-		--initial-cluster-state new --initial-cluster-token likes-test
+		--initial-cluster-state new --initial-cluster-token likes-test --logger zap
 }
 
 start_redis() {

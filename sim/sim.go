@@ -167,6 +167,9 @@ func Run(opts Options) (st Stats, err error) {
 		s.act()
 	}
 	s.step = opts.Steps + 1
+	// Healing ships with production-sized batches; the schedule used small
+	// ones to exercise partial batches.
+	s.k.MaxEvents, s.k.MaxCells = max(s.k.MaxEvents, 256), max(s.k.MaxCells, 256)
 	s.heal()
 	s.checkFinal()
 	return s.stats, nil
@@ -193,7 +196,7 @@ type sim struct {
 	regions []*region
 	items   []string
 	users   []string
-	usersOf [][]int // users by range
+	usersOf [][]int   // users by range
 	links   [][]*link // [from][to]
 	nextMsg uint64
 

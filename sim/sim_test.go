@@ -12,8 +12,8 @@ import (
 )
 
 // seedsFromEnv returns the seeds TestSim runs: LIKES_SIM_SEED=S alone, or
-// LIKES_SIM_SEEDS=N (default 300, 50 under -short) starting at
-// LIKES_SIM_SEED_BASE (default 1).
+// LIKES_SIM_SEEDS=N (default 300; 50 under -short, 80 under -race) starting
+// at LIKES_SIM_SEED_BASE (default 1).
 func seedsFromEnv(t *testing.T) (seeds []uint64, single bool) {
 	if v := os.Getenv("LIKES_SIM_SEED"); v != "" {
 		s, err := strconv.ParseUint(v, 10, 64)
@@ -23,8 +23,11 @@ func seedsFromEnv(t *testing.T) (seeds []uint64, single bool) {
 		return []uint64{s}, true
 	}
 	n := 300
-	if testing.Short() {
+	switch {
+	case testing.Short():
 		n = 50
+	case raceEnabled:
+		n = 80
 	}
 	if v := os.Getenv("LIKES_SIM_SEEDS"); v != "" {
 		var err error
@@ -128,7 +131,7 @@ func TestSimDeterministic(t *testing.T) {
 // arise, and everything still converges exactly.
 func TestSimChains(t *testing.T) {
 	n := 60
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		n = 20
 	}
 	if v := os.Getenv("LIKES_SIM_SEEDS"); v != "" {
@@ -203,4 +206,3 @@ func addStats(a, b Stats) Stats {
 	a.HealRounds += b.HealRounds
 	return a
 }
-

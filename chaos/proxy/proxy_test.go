@@ -81,8 +81,17 @@ func TestPass(t *testing.T) {
 	if _, err := roundTrip(c, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if s := p.Stats(); s.Accepted != 1 || s.BytesUp != 5 {
-		t.Fatalf("stats %+v", s)
+	// Counters are updated after each write: poll briefly.
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		s := p.Stats()
+		if s.Accepted == 1 && s.BytesUp == 5 && s.BytesDown == 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stats %+v", s)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -122,8 +122,10 @@ func (s *Store) apply(ctx context.Context, req edge.Request) (edge.Decision, []c
 			return d, comps, nil
 		}
 		eseq := row.eseq + 1
-		intent := []any{int(part), req.Item, req.User, int64(eseq), int64(p.Nonce)}
-		if err := s.write(ctx, s.q.intentInsert, append(intent, s.opts.Clock.Now().UnixMilli())...).Exec(); err != nil {
+		now := s.opts.Clock.Now().UnixMilli()
+		p.Minute = now / 60000
+		intent := []any{int(part), p.Minute, req.Item, req.User, int64(eseq), int64(p.Nonce)}
+		if err := s.write(ctx, s.q.intentInsert, append(intent, now)...).Exec(); err != nil {
 			if retryable(err) {
 				lastErr = err
 				continue
@@ -247,7 +249,7 @@ func (s *Store) relay(ctx context.Context, item, user string, eseq uint64, p pen
 		return relayed{}, nil, err
 	}
 	part := edge.PartitionOf(item, edge.BucketOf(user), s.opts.Partitions)
-	_ = s.write(ctx, s.q.intentDelete, int(part), item, user, int64(eseq), int64(p.Nonce)).Exec()
+	_ = s.write(ctx, s.q.intentDelete, int(part), p.Minute, item, user, int64(eseq), int64(p.Nonce)).Exec()
 	var comps []compensation
 	if k := p.Event.Kind; (k == edge.KindFlip || k == edge.KindRetraction) && p.Event.State != crdt.Erased {
 		erased, err := s.erased(ctx, user)

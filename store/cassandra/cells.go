@@ -25,14 +25,10 @@ func (s *Store) Position(ctx context.Context, part uint32) (uint64, int64, error
 // Cells implements pipeline.CellStore: one read of each item's cell rows.
 func (s *Store) Cells(ctx context.Context, keys []crdt.CellKey) (map[crdt.CellKey]crdt.Cell, error) {
 	want := map[crdt.CellKey]bool{}
+	seen := map[string]bool{}
 	var items []string
 	for _, k := range keys {
-		if !want[k] {
-			want[k] = true
-		}
-	}
-	seen := map[string]bool{}
-	for _, k := range keys {
+		want[k] = true
 		if !seen[k.Item] {
 			seen[k.Item] = true
 			items = append(items, k.Item)
@@ -173,6 +169,9 @@ func (s *Store) Commit(ctx context.Context, w pipeline.Window) error {
 			continue
 		}
 		if err := s.commitItem(ctx, iw.cells, w, exists, func(b *gocql.Batch) { addDedupe(b, item, iw.dedupe) }); err != nil {
+			return err
+		}
+		if err := s.crashPoint("cell-written"); err != nil {
 			return err
 		}
 	}

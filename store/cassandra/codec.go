@@ -17,7 +17,7 @@ var errCorrupt = errors.New("cassandra: corrupt value")
 // release can change them without a migration of old rows):
 //
 //	event    := 1 kind state bucket(uvarint) delta(varint) item user version time(varint) idem?
-//	pending  := 1 nonce(8) ttl(uvarint) event
+//	pending  := 1 nonce(8) ttl(uvarint) intent-minute(uvarint) event
 //	inflight := 1 count(uvarint) { pos(uvarint) eseq(uvarint) nonce(8) event }*
 //	branches := 1 count(uvarint) { epoch version state }*
 const blobV1 = 1
@@ -173,6 +173,7 @@ func decodeEvent(part uint32, pos uint64, v []byte) (edge.Event, error) {
 type pending struct {
 	Nonce  uint64 // identifies the Apply attempt that wrote it
 	TTLSec int64  // the idempotency record's Cassandra TTL (0: no record)
+	Minute int64  // the relay intent's time bucket (Unix minutes)
 	Event  edge.Event
 }
 
@@ -180,6 +181,7 @@ func encodePending(p pending) []byte {
 	b := []byte{blobV1}
 	b = binary.BigEndian.AppendUint64(b, p.Nonce)
 	b = binary.AppendUvarint(b, uint64(p.TTLSec))
+	b = binary.AppendUvarint(b, uint64(p.Minute))
 	return appendEvent(b, p.Event)
 }
 
@@ -188,7 +190,7 @@ func decodePending(v []byte) (pending, error) {
 	if d.byte1() != blobV1 {
 		d.fail()
 	}
-	p := pending{Nonce: d.u64(), TTLSec: int64(d.uvarint())}
+	p := pending{Nonce: d.u64(), TTLSec: int64(d.uvarint()), Minute: int64(d.uvarint())}
 	p.Event = d.event()
 	if d.err == nil && len(d.b) != 0 {
 		d.fail()

@@ -21,13 +21,14 @@
 //	erasures     ((user))                the job, and the user's erasure marker
 //	outbox       ((partition, chunk), pos)  event          chunk = pos / 1024
 //	outbox_seq   ((partition))           head, last_time, issued, inflight
-//	relay_intents ((partition), item, user, eseq, nonce)  created_at
+//	relay_intents ((partition, minute), item, user, eseq, nonce)  created_at
+//	sweep_cursors ((partition))          minute: first intent bucket not known clean
 //	cells        ((item), kind, region, shard, user)
 //	             kind 0, user '': a cell, ORDINARY columns p, n, hwm, watermark
 //	             kind 1: dedupe state of edge (item, user): w_epoch, w_op, c_epoch, c_op
 //	positions    ((partition))           pos, watermark
 //	watermarks   ((region))              peers' watermarks (replication)
-//	meta         ((name))                region and partition count, fixed at creation
+//	meta         ((name))                region, partition count, creation time (fixed)
 //
 // Cells are never counter columns: a counter increment is not idempotent (a
 // retried one applies twice) and cannot take part in an LWT.
@@ -41,7 +42,10 @@
 //  1. Apply reads the edge (SERIAL), the idempotency record and the erasure
 //     marker, and calls edge.Decide. If the edge row still holds a pending
 //     event of an earlier write, that event is relayed first (step 3) and the
-//     read repeated.
+//     read repeated. The record and the marker are plain LOCAL_QUORUM writes,
+//     never LWTs, so a LOCAL_QUORUM read sees every one that completed (a
+//     SERIAL read would add nothing); the record of a write still in flight
+//     is covered by the edge's pending column, which the SERIAL read sees.
 //  2. One LWT on the edge row writes the new version (or, for a no-op that
 //     leaves a record, only the event) together with the event in the pending
 //     column and eseq+1 (eseq counts the edge's events): INSERT … IF NOT EXISTS

@@ -45,6 +45,13 @@ func SharedSession(t testing.TB) *gocql.Session {
 // CloseTestSession closes the shared session (TestMain).
 func CloseTestSession() {
 	close(poolStop)
+	if drops != nil {
+		close(drops)
+		select {
+		case <-dropDone:
+		case <-time.After(5 * time.Minute):
+		}
+	}
 	if sess != nil {
 		sess.Close()
 	}
@@ -79,15 +86,36 @@ func prefetch(s *gocql.Session) {
 	}
 }
 
-// FreshKeyspace returns a new, migrated keyspace. Test keyspaces are dropped
-// when the test ends only if LIKES_TEST_CASSANDRA_DROP is set (a drop takes
-// seconds; scripts/servers.sh starts Cassandra on empty data anyway).
+// Dropped keyspaces: every test keyspace is dropped when its test ends, in the
+// background (a drop takes seconds), because each table holds heap on the
+// server and a 1 GiB Cassandra runs out of memory after a few hundred tables.
+var (
+	dropOnce sync.Once
+	drops    chan string
+	dropDone = make(chan struct{})
+)
+
+func dropper(s *gocql.Session) {
+	defer close(dropDone)
+	for name := range drops {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		_ = s.Query("DROP KEYSPACE IF EXISTS " + name).WithContext(ctx).Exec()
+		cancel()
+	}
+}
+
+// FreshKeyspace returns a new, migrated keyspace, dropped (in the background)
+// when t ends unless LIKES_TEST_CASSANDRA_KEEP is set.
 func FreshKeyspace(t testing.TB) string {
 	t.Helper()
 	s := SharedSession(t)
 	poolOnce.Do(func() {
 		pool = make(chan poolKS, 1)
 		go prefetch(s)
+	})
+	dropOnce.Do(func() {
+		drops = make(chan string, 1024)
+		go dropper(s)
 	})
 	var ks poolKS
 	select {
@@ -101,14 +129,11 @@ func FreshKeyspace(t testing.TB) string {
 	t.Logf("keyspace %s (migrated in %v)", ks.name, ks.took.Round(time.Millisecond))
 	name := ks.name
 	t.Cleanup(func() {
-		if os.Getenv("LIKES_TEST_CASSANDRA_DROP") == "" {
+		if os.Getenv("LIKES_TEST_CASSANDRA_KEEP") != "" {
+			t.Logf("keeping keyspace %s", name)
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := s.Query("DROP KEYSPACE IF EXISTS " + name).WithContext(ctx).Exec(); err != nil {
-			t.Logf("drop keyspace %s: %v", name, err)
-		}
+		drops <- name
 	})
 	return name
 }

@@ -32,7 +32,8 @@ var Steps = []Step{
 		`CREATE TABLE IF NOT EXISTS %[1]s.meta (
 			name text PRIMARY KEY,
 			region text,
-			partitions int)`,
+			partitions int,
+			created_ms bigint)`,
 		// edges: one row per (item, user), partitioned by (item, bucket) so a
 		// viral item's writes spread over 64 partitions. Every write is a
 		// lightweight transaction conditioned on eseq (the edge's event
@@ -98,15 +99,25 @@ var Steps = []Step{
 			inflight blob)`,
 		// relay_intents: written before an edge transaction that leaves a
 		// pending event, deleted once it is relayed; the sweeper finishes the
-		// relays of writers that died in between.
+		// relays of writers that died in between. Partitioned by minute so a
+		// sweep reads only the recent buckets and no partition collects
+		// more than a minute of delete tombstones; a resurrected intent is
+		// harmless (the sweeper re-checks its edge), hence the short grace.
 		`CREATE TABLE IF NOT EXISTS %[1]s.relay_intents (
 			partition int,
+			minute bigint,
 			item text,
 			user text,
 			eseq bigint,
 			nonce bigint,
 			created_at bigint,
-			PRIMARY KEY ((partition), item, user, eseq, nonce))`,
+			PRIMARY KEY ((partition, minute), item, user, eseq, nonce))
+			WITH gc_grace_seconds = 3600`,
+		// sweep_cursors: per log partition, the first minute bucket of
+		// relay_intents not yet known to be clean.
+		`CREATE TABLE IF NOT EXISTS %[1]s.sweep_cursors (
+			partition int PRIMARY KEY,
+			minute bigint)`,
 	}},
 	{3, "cells with dedupe state, consumer positions, peer watermarks", []string{
 		// cells: partitioned by item. kind 0 rows are cells (item, region,

@@ -28,6 +28,9 @@ type stmts struct {
 	intentInsert string
 	intentDelete string
 	intentScan   string
+	cursorGet    string
+	cursorPut    string
+	metaSelect   string
 
 	seqSelect    string
 	seqCreate    string // first append: IF NOT EXISTS
@@ -55,7 +58,7 @@ func newStmts(ks string) stmts {
 	q := func(s string) string { return r.Replace(s) }
 	const edgeCols = `state, epoch, op, updated_at, eseq, pending, branches, last_nonce, relayed_eseq, relayed_pos, relayed_time`
 	return stmts{
-		metaInsert: q(`INSERT INTO KS.meta (name, region, partitions) VALUES (?, ?, ?) IF NOT EXISTS`),
+		metaInsert: q(`INSERT INTO KS.meta (name, region, partitions, created_ms) VALUES (?, ?, ?, ?) IF NOT EXISTS`),
 
 		edgeSelect: q(`SELECT ` + edgeCols + ` FROM KS.edges WHERE item = ? AND bucket = ? AND user = ?`),
 		edgeInsert: q(`INSERT INTO KS.edges (item, bucket, user, state, epoch, op, updated_at, eseq, pending, branches)
@@ -82,9 +85,12 @@ func newStmts(ks string) stmts {
 		erasureAll:    q(`SELECT user, state, edges, unliked, started_at, finished_at, cursor FROM KS.erasures`),
 		erasureExists: q(`SELECT user FROM KS.erasures WHERE user = ?`),
 
-		intentInsert: q(`INSERT INTO KS.relay_intents (partition, item, user, eseq, nonce, created_at) VALUES (?, ?, ?, ?, ?, ?)`),
-		intentDelete: q(`DELETE FROM KS.relay_intents WHERE partition = ? AND item = ? AND user = ? AND eseq = ? AND nonce = ?`),
-		intentScan:   q(`SELECT item, user, eseq, nonce, created_at FROM KS.relay_intents WHERE partition = ?`),
+		intentInsert: q(`INSERT INTO KS.relay_intents (partition, minute, item, user, eseq, nonce, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`),
+		intentDelete: q(`DELETE FROM KS.relay_intents WHERE partition = ? AND minute = ? AND item = ? AND user = ? AND eseq = ? AND nonce = ?`),
+		intentScan:   q(`SELECT item, user, eseq, nonce, created_at FROM KS.relay_intents WHERE partition = ? AND minute = ?`),
+		cursorGet:    q(`SELECT minute FROM KS.sweep_cursors WHERE partition = ?`),
+		cursorPut:    q(`INSERT INTO KS.sweep_cursors (partition, minute) VALUES (?, ?)`),
+		metaSelect:   q(`SELECT created_ms FROM KS.meta WHERE name = ?`),
 
 		seqSelect: q(`SELECT head, last_time, issued, inflight FROM KS.outbox_seq WHERE partition = ?`),
 		seqCreate: q(`INSERT INTO KS.outbox_seq (partition, head, last_time, issued, inflight) VALUES (?, ?, ?, 0, ?) IF NOT EXISTS`),

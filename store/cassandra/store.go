@@ -174,7 +174,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 
 func (s *Store) checkMeta(ctx context.Context) error {
 	m := map[string]any{}
-	applied, err := s.cas(ctx, s.q.metaInsert, "store", s.opts.Region, s.opts.Partitions).MapScanCAS(m)
+	applied, err := s.cas(ctx, s.q.metaInsert, "store", s.opts.Region, s.opts.Partitions, s.opts.Clock.Now().UnixMilli()).MapScanCAS(m)
 	if err != nil {
 		return fmt.Errorf("cassandra: meta: %w", err)
 	}
@@ -248,6 +248,15 @@ func (s *Store) cas(ctx context.Context, stmt string, args ...any) *gocql.Query 
 func retryable(err error) bool {
 	if err == nil {
 		return false
+	}
+	var (
+		wt *gocql.RequestErrWriteTimeout
+		rt *gocql.RequestErrReadTimeout
+		un *gocql.RequestErrUnavailable
+		cu *gocql.RequestErrCASWriteUnknown
+	)
+	if errors.As(err, &wt) || errors.As(err, &rt) || errors.As(err, &un) || errors.As(err, &cu) {
+		return true
 	}
 	var re gocql.RequestError
 	if errors.As(err, &re) {

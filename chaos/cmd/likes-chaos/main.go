@@ -42,7 +42,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	bin := fs.String("likesd", "", "a prebuilt likesd binary (default: go build it)")
 	keep := fs.Bool("keep-data", false, "keep the data folders even when the run passes")
 	recheck := fs.String("recheck", "", "re-judge the run saved in this output folder (no processes) and exit")
-	pErase := fs.Float64("p-erase", 0, "probability that a client op is an account erasure (default 0.004)")
+	pStale := fs.Float64("p-stale", 0, "probability that a client op is a stale retry of an old like (default 0.04; negative: none)")
+	pErase := fs.Float64("p-erase", 0, "probability that a client op is an account erasure (default 0.004; negative: no erasures)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -59,7 +60,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		*seed = uint64(time.Now().UnixNano()%1_000_000_000) + 1
 	}
 	o := chaos.Options{Seed: *seed, Duration: *duration, Soak: *soak, Out: *out, Break: *brk,
-		Binary: *bin, KeepData: *keep, Progress: stdout, Workload: chaos.WorkloadConfig{PErase: *pErase}}
+		Binary: *bin, KeepData: *keep, Progress: stdout, Workload: chaos.WorkloadConfig{PErase: *pErase, PStale: *pStale}}
 	if *kinds != "" {
 		o.Kinds = strings.Split(*kinds, ",")
 		for _, k := range o.Kinds {

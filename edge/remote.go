@@ -12,6 +12,10 @@ type RemoteResult struct {
 	BranchesChanged bool
 	// Correction is the event to append to the local log when the replicated
 	// version changes what this region's own writes assumed (nil otherwise).
+	// Its Version is the replicated version; a store replaces it with the edge's
+	// own correction sequence {0, n} before appending, because corrections of
+	// one edge may arrive out of version order (branches corrected from
+	// different regions) and the aggregator dedupes them by a growing version.
 	Correction *Event
 }
 

@@ -325,3 +325,40 @@ func decodePos(v []byte) (uint64, int64, error) {
 func wrapCorrupt(what string, key []byte, err error) error {
 	return fmt.Errorf("pebblestore: %s at %q: %w", what, key, err)
 }
+
+// branchRec is an edge's branch record: its branches and the number of
+// corrections appended for it here (their dedupe sequence).
+type branchRec struct {
+	bs          crdt.Branches
+	corrections uint64
+}
+
+func encodeBranchRec(r branchRec) []byte {
+	return binary.AppendUvarint(encodeBranches(r.bs), r.corrections)
+}
+
+func decodeBranchRec(v []byte) (branchRec, error) {
+	d := dec{b: v}
+	n := d.uvarint()
+	if d.err != nil || n > 1<<16 {
+		return branchRec{}, errCorrupt
+	}
+	bs, err := decodeBranches(v)
+	if err != nil {
+		return branchRec{}, err
+	}
+	// Skip the branches (varint epoch, varint epoch, varint op, state byte each).
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		d.uvarint()
+		d.version()
+		if len(d.b) == 0 {
+			return branchRec{}, errCorrupt
+		}
+		d.b = d.b[1:]
+	}
+	r := branchRec{bs: bs}
+	if d.err == nil && len(d.b) > 0 {
+		r.corrections = d.uvarint()
+	}
+	return r, d.err
+}

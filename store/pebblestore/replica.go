@@ -188,22 +188,28 @@ func (s *Store) applyRemoteEvent(b *pebble.Batch, w *batchWriter, ev edge.Event)
 		return err
 	}
 	bk := branchKey(ev.Item, ev.User)
-	bs, _, err := getInto(b, bk, decodeBranches)
+	rec, _, err := getInto(b, bk, decodeBranchRec)
 	if err != nil {
 		return err
 	}
-	res := edge.ApplyRemote(local, bs, ev)
+	res := edge.ApplyRemote(local, rec.bs, ev)
 	if res.EdgeChanged {
 		_ = b.Set(ek, encodeEdge(res.Edge), nil)
 		if res.Edge.State != crdt.Erased {
 			_ = b.Set(userIdxKey(ev.User, ev.Item), nil, nil)
 		}
 	}
-	if res.BranchesChanged {
-		_ = b.Set(bk, encodeBranches(res.Branches), nil)
-	}
 	if res.Correction != nil {
+		// Corrections of one edge can arrive out of their remote versions'
+		// order (two branches corrected by versions from two regions), so
+		// their dedupe identity is this edge's own correction sequence.
+		rec.corrections++
+		res.Correction.Version = crdt.Version{Op: rec.corrections}
 		w.appendEvent(*res.Correction)
+	}
+	if res.BranchesChanged || res.Correction != nil {
+		rec.bs = res.Branches
+		_ = b.Set(bk, encodeBranchRec(rec), nil)
 	}
 	return nil
 }

@@ -396,11 +396,12 @@ func (s *Store) applyOne(b *pebble.Batch, req edge.Request, w *batchWriter) (edg
 	}
 	if d.Branch != nil {
 		bk := branchKey(req.Item, req.User)
-		bs, _, err := getInto(b, bk, decodeBranches)
+		rec, _, err := getInto(b, bk, decodeBranchRec)
 		if err != nil {
 			return edge.Decision{}, err
 		}
-		_ = b.Set(bk, encodeBranches(bs.Open(d.Branch.Epoch, d.Branch.Base)), nil)
+		rec.bs = rec.bs.Open(d.Branch.Epoch, d.Branch.Base)
+		_ = b.Set(bk, encodeBranchRec(rec), nil)
 	}
 	_ = b.Set(ek, encodeEdge(d.Edge), nil)
 	_ = b.Set(userIdxKey(req.User, req.Item), nil, nil)
@@ -421,8 +422,8 @@ func (s *Store) Edge(_ context.Context, item, user string) (edge.Edge, bool, err
 
 // Branches returns an edge's branch records.
 func (s *Store) Branches(_ context.Context, item, user string) (crdt.Branches, error) {
-	bs, _, err := getInto(s.db, branchKey(item, user), decodeBranches)
-	return bs, err
+	rec, _, err := getInto(s.db, branchKey(item, user), decodeBranchRec)
+	return rec.bs, err
 }
 
 // Likers implements edge.Store. The cursor is the (bucket, user) of the last row

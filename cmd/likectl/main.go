@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"likes/auth"
+	"likes/store/cassandra"
 )
 
 func main() {
@@ -37,6 +38,7 @@ commands:
   pins       list | move --range N --to REGION | drain --from REGION --to REGION
   regions    live regions: lease health, watermarks, aggregator and replication lag
   reconcile  recount items from edges, report mismatches, --heal through the fenced path
+  migrate    create or upgrade the Cassandra schema (versioned, idempotent)
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -55,6 +57,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return regions(ctx, args[1:], stdout, stderr)
 	case "reconcile":
 		return reconcile(ctx, args[1:], stdout, stderr)
+	case "migrate":
+		return cassandra.MigrateCommand(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -150,8 +150,10 @@ func (s *Store) apply(ctx context.Context, req edge.Request) (edge.Decision, []c
 			}
 		}
 		if !applied {
-			// Another writer changed the edge since the read: decide again.
+			// Another writer changed the edge since the read: decide again
+			// (after a pause, so racing processes spread out).
 			_ = s.write(ctx, s.q.intentDelete, intent...).Exec()
+			lastErr = errLostRace
 			continue
 		}
 		if err := s.crashPoint("edge-written"); err != nil {

@@ -133,6 +133,15 @@
 // cell's transaction answers DESIGN's open question for a log with duplicates
 // (a Kafka relay republishing): dedupe state can never lag the fence.
 //
+// Unlike the embedded store, "ErrFenced and nothing written" holds only for a
+// fence that is already stale when Commit starts: if a second writer (a zombie
+// aggregator) moves a cell between the pre-check and that item's batch,
+// earlier items are written when Commit returns ErrFenced; the replay rule
+// above makes that safe. Dedupe rows share the item's partition: a viral
+// item's partition grows by one small row per distinct liker (per region); at
+// tens of millions of likers, dedupe state should move to (item, shard)
+// partitions in a later migration.
+//
 // Count is SUM(p) − SUM(n) over the item's cell rows (one partition, kind 0
 // only, every region). Watermarks: this region's is the min over its
 // partitions' positions (a partition never committed counts as 0); peers' come

@@ -45,6 +45,18 @@ func SharedSession(t testing.TB) *gocql.Session {
 // CloseTestSession closes the shared session (TestMain).
 func CloseTestSession() {
 	close(poolStop)
+	if pool != nil {
+		select { // the prefetcher is migrating one more keyspace: wait, drop it
+		case <-prefetchDone:
+		case <-time.After(3 * time.Minute):
+			return // it may still send to drops: leave the channel open
+		}
+		select {
+		case ks := <-pool:
+			drops <- ks.name
+		default:
+		}
+	}
 	if drops != nil {
 		close(drops)
 		select {
@@ -60,9 +72,10 @@ func CloseTestSession() {
 // keyspace pool: migrating a keyspace takes seconds (a dozen schema changes),
 // so one goroutine migrates the next ones while tests run.
 var (
-	poolOnce sync.Once
-	pool     chan poolKS
-	poolStop = make(chan struct{})
+	poolOnce     sync.Once
+	pool         chan poolKS
+	poolStop     = make(chan struct{})
+	prefetchDone = make(chan struct{})
 )
 
 type poolKS struct {
@@ -72,7 +85,13 @@ type poolKS struct {
 }
 
 func prefetch(s *gocql.Session) {
+	defer close(prefetchDone)
 	for {
+		select {
+		case <-poolStop:
+			return
+		default:
+		}
 		name := fmt.Sprintf("likes_t%d_%d_%d", os.Getpid()%100000, time.Now().UnixMilli()%1000000, ksSeq.Add(1))
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		start := time.Now()
@@ -81,6 +100,7 @@ func prefetch(s *gocql.Session) {
 		select {
 		case pool <- poolKS{name, time.Since(start), err}:
 		case <-poolStop:
+			drops <- name
 			return
 		}
 	}
@@ -109,13 +129,13 @@ func dropper(s *gocql.Session) {
 func FreshKeyspace(t testing.TB) string {
 	t.Helper()
 	s := SharedSession(t)
-	poolOnce.Do(func() {
-		pool = make(chan poolKS, 1)
-		go prefetch(s)
-	})
 	dropOnce.Do(func() {
 		drops = make(chan string, 1024)
 		go dropper(s)
+	})
+	poolOnce.Do(func() {
+		pool = make(chan poolKS, 1)
+		go prefetch(s)
 	})
 	var ks poolKS
 	select {
@@ -124,6 +144,7 @@ func FreshKeyspace(t testing.TB) string {
 		t.Fatal("no migrated keyspace within 5 minutes")
 	}
 	if ks.err != nil {
+		drops <- ks.name // it may be half made
 		t.Fatalf("migrate %s: %v", ks.name, ks.err)
 	}
 	t.Logf("keyspace %s (migrated in %v)", ks.name, ks.took.Round(time.Millisecond))

@@ -177,8 +177,23 @@ func Migrate(ctx context.Context, session *gocql.Session, keyspace, replication 
 	if !strings.HasPrefix(replication, "{") || !strings.HasSuffix(replication, "}") || strings.ContainsAny(replication, ";") {
 		return nil, fmt.Errorf("cassandra: replication must be a CQL map literal like %s", DefaultReplication)
 	}
+	// Every statement is idempotent, so one that timed out (schema changes
+	// are slow on a loaded node, and may still complete after the timeout) is
+	// retried, a bounded number of times.
 	exec := func(stmt string) error {
-		return session.Query(stmt).WithContext(ctx).Exec()
+		var err error
+		for attempt := range 6 {
+			if attempt > 0 {
+				if berr := backoff(ctx, attempt+4); berr != nil {
+					return errors.Join(err, berr)
+				}
+				_ = session.AwaitSchemaAgreement(ctx)
+			}
+			if err = session.Query(stmt).WithContext(ctx).Exec(); err == nil || !retryable(err) {
+				return err
+			}
+		}
+		return err
 	}
 	if err := exec(fmt.Sprintf("CREATE KEYSPACE IF NOT EXISTS %s WITH replication = %s", keyspace, replication)); err != nil {
 		return nil, fmt.Errorf("cassandra: create keyspace %s: %w", keyspace, err)
@@ -203,11 +218,23 @@ func Migrate(ctx context.Context, session *gocql.Session, keyspace, replication 
 				return applied, fmt.Errorf("cassandra: migration %d (%s): %w", st.Version, st.Description, err)
 			}
 		}
-		// IF NOT EXISTS: two migrators racing record a step once.
-		if _, err := session.Query(fmt.Sprintf(
-			"INSERT INTO %s.schema_version (version, description, applied_at) VALUES (?, ?, ?) IF NOT EXISTS", keyspace),
-			st.Version, st.Description, time.Now().UTC()).WithContext(ctx).
-			SerialConsistency(gocql.Serial).MapScanCAS(map[string]any{}); err != nil {
+		// IF NOT EXISTS: two migrators racing (or a retry) record a step once.
+		var err error
+		for attempt := range 6 {
+			if attempt > 0 {
+				if berr := backoff(ctx, attempt+4); berr != nil {
+					break
+				}
+			}
+			_, err = session.Query(fmt.Sprintf(
+				"INSERT INTO %s.schema_version (version, description, applied_at) VALUES (?, ?, ?) IF NOT EXISTS", keyspace),
+				st.Version, st.Description, time.Now().UTC()).WithContext(ctx).
+				SerialConsistency(gocql.Serial).MapScanCAS(map[string]any{})
+			if err == nil || !retryable(err) {
+				break
+			}
+		}
+		if err != nil {
 			return applied, fmt.Errorf("cassandra: record migration %d: %w", st.Version, err)
 		}
 		applied = append(applied, st.Version)

@@ -488,10 +488,13 @@ func checkPins(in CheckInput, res *CheckResult) {
 }
 
 // checkPlanned: a planned move is clean (DESIGN section 5: the old owner
-// stops, its log is replicated, the new owner catches up, then starts), so the
-// new owner of a planned epoch e+1 never has to correct for a version of epoch
-// e: a correction event at the region pinned at e+1 for a version of epoch e
-// means it opened its branch without that version.
+// stops, its log is replicated, the new owner catches up, then starts). So
+// when the new owner B of a planned epoch e+1 first writes an edge, it has
+// every version of that edge the old owner A wrote in epoch e: B's first
+// version (e+1, op) must have op greater than every op A logged for the edge
+// in epoch e (ops continue across epochs: a write is the local version's op
+// plus one). Otherwise B branched from a stale edge (and later needs a
+// correction, and A's acknowledged writes can be overtaken).
 func checkPlanned(in CheckInput, res *CheckResult) {
 	pins := map[uint32]map[uint64]PinVersion{}
 	for _, v := range in.Pins {
@@ -500,30 +503,84 @@ func checkPlanned(in CheckInput, res *CheckResult) {
 		}
 		pins[v.Range][v.Epoch] = v
 	}
-	const maxReported = 20
-	reported := 0
-	for _, r := range in.Regions {
-		for _, ev := range in.Logs[r] {
-			if ev.kind() != edge.KindCorrection {
+	type key struct {
+		region, item, user string
+		epoch              uint64
+	}
+	type span struct {
+		minOp, maxOp uint64
+		minAt        int64
+	}
+	ops := map[key]span{}
+	for r, evs := range in.Logs {
+		for _, ev := range evs {
+			switch ev.kind() {
+			case edge.KindFlip, edge.KindRetraction, edge.KindErasure:
+			default:
 				continue
 			}
-			g := edge.RangeOf(ev.User, in.Ranges)
-			e := ev.Version.Epoch
-			next, ok := pins[g][e+1]
-			if !ok || next.Region != r || !in.Planned[PlannedMove{g, e + 1}] {
-				continue
+			k := key{r, ev.Item, ev.User, ev.Version.Epoch}
+			sp, ok := ops[k]
+			if !ok {
+				sp = span{minOp: ev.Version.Op, maxOp: ev.Version.Op, minAt: ev.EventTime}
 			}
-			reported++
-			if reported > maxReported {
-				res.ByCheck[CheckPlanned]++
-				continue
+			if ev.Version.Op < sp.minOp {
+				sp.minOp, sp.minAt = ev.Version.Op, ev.EventTime
 			}
-			res.add(Violation{Check: CheckPlanned, Region: r, Item: ev.Item, User: ev.User,
-				Detail: fmt.Sprintf("correction (delta %+d) at %s for epoch-%d version op %d of range %d, which moved to %s at epoch %d by a planned move (notBefore %s): the new owner started without the old owner's write",
-					ev.Delta, time.UnixMilli(ev.EventTime).UTC().Format("15:04:05.000"), e, ev.Version.Op, g, r, e+1,
-					next.NotBefore.UTC().Format("15:04:05.000"))})
+			sp.maxOp = max(sp.maxOp, ev.Version.Op)
+			ops[k] = sp
 		}
 	}
+	const maxReported = 20
+	reported := 0
+	for _, k := range sortedPlannedKeys(ops, func(k key) (string, string, string, uint64) { return k.region, k.item, k.user, k.epoch }) {
+		b := ops[k]
+		g := edge.RangeOf(k.user, in.Ranges)
+		if k.epoch < 2 || !in.Planned[PlannedMove{g, k.epoch}] {
+			continue
+		}
+		next, ok := pins[g][k.epoch]
+		prev, ok2 := pins[g][k.epoch-1]
+		if !ok || !ok2 || next.Region != k.region {
+			continue
+		}
+		a, ok := ops[key{prev.Region, k.item, k.user, k.epoch - 1}]
+		if !ok || a.maxOp < b.minOp {
+			continue
+		}
+		reported++
+		if reported > maxReported {
+			res.ByCheck[CheckPlanned]++
+			continue
+		}
+		res.add(Violation{Check: CheckPlanned, Region: k.region, Item: k.item, User: k.user,
+			Detail: fmt.Sprintf("range %d moved %s→%s at epoch %d by a planned move (notBefore %s); %s's first write of the edge at %s is op %d, but %s had written it up to op %d in epoch %d: the new owner started without the old owner's writes",
+				g, prev.Region, k.region, k.epoch, next.NotBefore.UTC().Format("15:04:05.000"), k.region,
+				time.UnixMilli(b.minAt).UTC().Format("15:04:05.000"), b.minOp, prev.Region, a.maxOp, k.epoch-1)})
+	}
+}
+
+// sortedPlannedKeys orders map keys by their fields, for stable reports.
+func sortedPlannedKeys[K comparable, V any](m map[K]V, f func(K) (string, string, string, uint64)) []K {
+	out := make([]K, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a1, a2, a3, a4 := f(out[i])
+		b1, b2, b3, b4 := f(out[j])
+		if a1 != b1 {
+			return a1 < b1
+		}
+		if a2 != b2 {
+			return a2 < b2
+		}
+		if a3 != b3 {
+			return a3 < b3
+		}
+		return a4 < b4
+	})
+	return out
 }
 
 // checkAsOf: a count read with asOf T includes every counted event (of any

@@ -19,6 +19,8 @@
 //   - every user write in every region's log was made under a valid pin: the
 //     pin of the user's range named that region at the event's epoch, and the
 //     event time lies in [notBefore of that epoch, notBefore of the next) (P7);
+//   - a planned move is clean (DESIGN section 5): the new owner's first write
+//     of an edge in its epoch builds on the old owner's last write of it;
 //   - every count sampled during the run is honest about its asOf: it holds
 //     every logged delta with event time <= asOf and, of the later ones, at
 //     most a prefix of each (region, partition) log (P2).

@@ -50,6 +50,8 @@ type Op struct {
 	Outcome   string    `json:"outcome"`
 	Attempts  int       `json:"attempts"`
 	LastCode  string    `json:"lastCode,omitempty"`
+	// Duplicates is how many extra concurrent copies the first send had.
+	Duplicates int `json:"duplicates,omitempty"`
 	// PostErasure marks a write sent as a user whose erasure was acknowledged.
 	PostErasure bool `json:"postErasure,omitempty"`
 	// StaleRetries counts sends of this op's key after a later op of the same

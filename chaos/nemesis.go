@@ -152,7 +152,7 @@ func PlanSchedule(seed uint64, span time.Duration, regions []string, kinds []str
 		case NemFailover:
 			length += 4*ttl + 3*time.Second
 		case NemMovePartitioned:
-			length += ttl + 3*time.Second
+			length += ttl + 5*time.Second
 		}
 		if at+length > span && len(out) > 0 {
 			break
@@ -452,7 +452,7 @@ func (n *Nemesis) movePartitioned(ctx context.Context, e Episode) (string, error
 		return detail, err
 	}
 	cfg := c.EpochConfig()
-	err = sleep(ctx, cfg.TTL+cfg.MaxSkew+2*time.Second)
+	err = sleep(ctx, cfg.TTL+cfg.MaxSkew+4*time.Second)
 	return fmt.Sprintf("%s cut from peers for %v, then %s", e.Region, e.Duration.Round(time.Millisecond), detail), err
 }
 

@@ -61,29 +61,29 @@ type OpStats struct {
 
 // Report is the JSON report of a run.
 type Report struct {
-	Seed        uint64                 `json:"seed"`
-	Duration    string                 `json:"duration"`
-	Break       string                 `json:"break,omitempty"`
-	Soak        bool                   `json:"soak,omitempty"`
-	Started     time.Time              `json:"started"`
-	Finished    time.Time              `json:"finished"`
-	Elapsed     string                 `json:"elapsed"`
-	Replay      string                 `json:"replay"`
-	Schedule    []Episode              `json:"schedule"`
-	Faults      []NemesisEvent         `json:"faults"`
+	Seed         uint64                 `json:"seed"`
+	Duration     string                 `json:"duration"`
+	Break        string                 `json:"break,omitempty"`
+	Soak         bool                   `json:"soak,omitempty"`
+	Started      time.Time              `json:"started"`
+	Finished     time.Time              `json:"finished"`
+	Elapsed      string                 `json:"elapsed"`
+	Replay       string                 `json:"replay"`
+	Schedule     []Episode              `json:"schedule"`
+	Faults       []NemesisEvent         `json:"faults"`
 	FaultsByKind map[string]int         `json:"faultsByKind"`
-	Links       map[string]proxy.Stats `json:"links"`
-	Ops         OpStats                `json:"ops"`
-	PinVersions int                    `json:"pinVersions"`
-	Windows     []FailoverWindow       `json:"failoverWindows"`
-	Check       *CheckResult           `json:"check"`
-	Mismatches  int                    `json:"mismatches"`
-	Pass        bool                   `json:"pass"`
-	Final       map[string]int64       `json:"finalCounts"` // item → count at the first region
-	OutDir      string                 `json:"outDir"`
-	WorkDir     string                 `json:"workDir,omitempty"`
-	History     string                 `json:"history"`
-	Logs        []string               `json:"processLogs"`
+	Links        map[string]proxy.Stats `json:"links"`
+	Ops          OpStats                `json:"ops"`
+	PinVersions  int                    `json:"pinVersions"`
+	Windows      []FailoverWindow       `json:"failoverWindows"`
+	Check        *CheckResult           `json:"check"`
+	Mismatches   int                    `json:"mismatches"`
+	Pass         bool                   `json:"pass"`
+	Final        map[string]int64       `json:"finalCounts"` // item → count at the first region
+	OutDir       string                 `json:"outDir"`
+	WorkDir      string                 `json:"workDir,omitempty"`
+	History      string                 `json:"history"`
+	Logs         []string               `json:"processLogs"`
 }
 
 // ReplayCommand is the command line that replays a seed.
@@ -174,6 +174,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 			return rep, err
 		}
 	}
+	rep.Started = time.Now() // the build is not part of the run
 	hist, err := NewHistory(rep.History)
 	if err != nil {
 		return rep, err
@@ -331,6 +332,9 @@ func opStats(ops []*Op, samples int) OpStats {
 		s.ByKind[op.Kind]++
 		s.Attempts += op.Attempts
 		s.StaleRetries += op.StaleRetries
+		if op.Duplicates > 0 {
+			s.Duplicated++
+		}
 		if op.PostErasure {
 			s.PostErasure++
 		}
@@ -661,8 +665,8 @@ func (rep *Report) Summary() string {
 	o := rep.Ops
 	fmt.Fprintf(&b, "  operations:        %d (%d attempts; %d acknowledged, %d rejected, %d indeterminate, %d unsent)\n",
 		o.Total, o.Attempts, o.Acked, o.Rejected, o.Indeterminate, o.Unsent)
-	fmt.Fprintf(&b, "                     by kind %v; %d stale retries, %d post-erasure writes, %d count samples\n",
-		sortedMap(o.ByKind), o.StaleRetries, o.PostErasure, o.Samples)
+	fmt.Fprintf(&b, "                     by kind %v; %d sent as concurrent duplicates, %d stale retries, %d post-erasure writes, %d count samples\n",
+		sortedMap(o.ByKind), o.Duplicated, o.StaleRetries, o.PostErasure, o.Samples)
 	fmt.Fprintf(&b, "  acknowledged writes: %d\n", o.AckedWrites)
 	fmt.Fprintf(&b, "  faults injected:   %d %v\n", len(rep.Faults), sortedMap(rep.FaultsByKind))
 	for _, f := range rep.Faults {

@@ -35,7 +35,7 @@ type WorkloadConfig struct {
 	PDup     float64 // send a like/unlike 2-3 times concurrently (0.05)
 	PStale   float64 // stale retry of an old like after a later unlike (0.04)
 	PRetract float64 // admin retraction of one of the client's edges (0.01)
-	PErase   float64 // erase one of the client's users (0.004)
+	PErase   float64 // erase one of the client's users (0.008)
 	PProbe   float64 // a new like as an already erased user (0.01)
 }
 
@@ -73,7 +73,7 @@ func (c *WorkloadConfig) defaults() {
 	fdef(&c.PDup, 0.05)
 	fdef(&c.PStale, 0.04)
 	fdef(&c.PRetract, 0.01)
-	fdef(&c.PErase, 0.004)
+	fdef(&c.PErase, 0.008)
 	fdef(&c.PProbe, 0.01)
 }
 
@@ -358,6 +358,7 @@ func (c *client) stale(ctx context.Context) bool {
 // times concurrently to different regions (duplicate requests).
 func (c *client) execute(ctx context.Context, op *Op, u *user, copies int) {
 	c.w.issued.Add(1)
+	op.Duplicates = copies - 1
 	backoff := 100 * time.Millisecond
 	for n := 1; n <= c.w.cfg.MaxAttempts && ctx.Err() == nil; n++ {
 		k := 1

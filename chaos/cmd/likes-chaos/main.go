@@ -43,7 +43,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	keep := fs.Bool("keep-data", false, "keep the data folders even when the run passes")
 	recheck := fs.String("recheck", "", "re-judge the run saved in this output folder (no processes) and exit")
 	pStale := fs.Float64("p-stale", 0, "probability that a client op is a stale retry of an old like (default 0.04; negative: none)")
-	pErase := fs.Float64("p-erase", 0, "probability that a client op is an account erasure (default 0.004; negative: no erasures)")
+	pErase := fs.Float64("p-erase", 0, "probability that a client op is an account erasure (default 0.008; negative: no erasures)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

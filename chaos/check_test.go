@@ -1,0 +1,152 @@
+package chaos
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"likes/edge"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+func op(id int64, target, outcome string, invoke, ack int) *Op {
+	o := &Op{ID: id, Target: target, Outcome: outcome, Invoke: at(invoke)}
+	if outcome == OutcomeAck {
+		o.Ack = at(ack)
+	}
+	return o
+}
+
+func TestAllowedFinal(t *testing.T) {
+	cases := []struct {
+		name    string
+		ops     []*Op
+		excused map[int64]bool
+		want    []string
+	}{
+		{"nothing acknowledged", []*Op{op(1, TargetLiked, OutcomeReject, 0, 0)}, nil, []string{TargetUnliked}},
+		{"like then unlike", []*Op{op(1, TargetLiked, OutcomeAck, 0, 10), op(2, TargetUnliked, OutcomeAck, 20, 30)}, nil, []string{TargetUnliked}},
+		{"indeterminate like may land last", []*Op{op(1, TargetUnliked, OutcomeAck, 0, 10), op(2, TargetLiked, OutcomeIndeterminate, 20, 0)}, nil,
+			[]string{TargetLiked, TargetUnliked}},
+		{"indeterminate before an acknowledged op may still land after it",
+			[]*Op{op(1, TargetLiked, OutcomeIndeterminate, 0, 0), op(2, TargetUnliked, OutcomeAck, 20, 30)}, nil,
+			[]string{TargetLiked, TargetUnliked}},
+		{"overlapping acknowledged ops are concurrent",
+			[]*Op{op(1, TargetLiked, OutcomeAck, 0, 25), op(2, TargetUnliked, OutcomeAck, 20, 30)}, nil,
+			[]string{TargetLiked, TargetUnliked}},
+		{"excused op is concurrent with later ops",
+			[]*Op{op(1, TargetLiked, OutcomeAck, 0, 10), op(2, TargetUnliked, OutcomeAck, 20, 30)}, map[int64]bool{1: true},
+			[]string{TargetLiked, TargetUnliked}},
+	}
+	for _, c := range cases {
+		got := keys(allowedFinal(c.ops, c.excused))
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: allowed %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// A tiny consistent world: one item, user "u" liked once by region "us" at
+// epoch 1, counted everywhere.
+func world() CheckInput {
+	ev := LogEvent{Partition: 0, Pos: 1, Item: "i", User: "u", Delta: 1, EventTime: at(100).UnixMilli(), Kind: uint8(edge.KindFlip)}
+	ev.Version.Epoch, ev.Version.Op = 1, 1
+	ev.Idem = &struct{ Key string }{"k1"}
+	g := edge.RangeOf("u", 8)
+	final := FinalItem{Count: 1, Likers: []string{"u"}}
+	return CheckInput{
+		Regions: []string{"us", "eu"}, Ranges: 8, TTL: 2 * time.Second, MaxSkew: 500 * time.Millisecond,
+		Ops:   []*Op{{ID: 1, User: "u", Item: "i", Kind: KindLike, Key: "k1", Target: TargetLiked, Outcome: OutcomeAck, Invoke: at(90), Ack: at(110), AckRegion: "us"}},
+		Pins:  []PinVersion{{Range: g, Region: "us", Epoch: 1}},
+		Final: map[string]map[string]FinalItem{"us": {"i": final}, "eu": {"i": final}},
+		Logs:  map[string][]LogEvent{"us": {ev}},
+		Samples: []Sample{
+			{Region: "eu", Item: "i", Count: 0, AsOf: at(50), Recv: at(60)},
+			{Region: "eu", Item: "i", Count: 1, AsOf: at(50), Recv: at(200)}, // a later event may be included
+			{Region: "eu", Item: "i", Count: 1, AsOf: at(150), Recv: at(200)},
+		},
+	}
+}
+
+func TestCheckConsistentWorld(t *testing.T) {
+	res := Check(world())
+	if len(res.Violations) != 0 {
+		t.Fatalf("violations in a consistent world: %v", res.Violations)
+	}
+	if res.EventsChecked != 1 || res.SamplesChecked != 3 || res.EdgesChecked != 1 {
+		t.Fatalf("checked %+v", res)
+	}
+}
+
+func TestCheckCatches(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(in *CheckInput)
+		want   string
+	}{
+		{"double count", func(in *CheckInput) {
+			in.Final["us"]["i"] = FinalItem{Count: 2, Likers: []string{"u"}}
+			in.Final["eu"]["i"] = FinalItem{Count: 2, Likers: []string{"u"}}
+		}, CheckCountEdges},
+		{"regions disagree", func(in *CheckInput) { in.Final["eu"]["i"] = FinalItem{Count: 0, Likers: []string{}} }, CheckCountAgree},
+		{"acknowledged like lost", func(in *CheckInput) {
+			for _, r := range in.Regions {
+				in.Final[r]["i"] = FinalItem{Count: 0, Likers: []string{}}
+			}
+			in.Logs["us"][0].Delta = 0
+		}, CheckAcked},
+		{"key never logged", func(in *CheckInput) { in.Logs["us"][0].Idem = nil }, CheckDurable},
+		{"write under another region's pin", func(in *CheckInput) { in.Pins[0].Region = "eu" }, CheckPin},
+		{"write after the next epoch started", func(in *CheckInput) {
+			in.Pins = append(in.Pins, PinVersion{Range: in.Pins[0].Range, Region: "eu", Epoch: 2, NotBefore: at(100)})
+		}, CheckPin},
+		{"count above what its asOf allows", func(in *CheckInput) { in.Samples[1].Count = 2 }, CheckAsOf},
+		{"count older than its asOf", func(in *CheckInput) { in.Samples[2].Count = 0 }, CheckAsOf},
+		{"asOf in the future", func(in *CheckInput) { in.Samples[0].AsOf = at(5000) }, CheckAsOf},
+		{"erased user still liked", func(in *CheckInput) {
+			in.Ops = append(in.Ops, &Op{ID: 2, User: "u", Kind: KindErase, Target: TargetErased, Outcome: OutcomeAck, Invoke: at(300), Ack: at(310)})
+		}, CheckErasure},
+		{"new owner of a planned move branched from a stale edge", func(in *CheckInput) {
+			g := in.Pins[0].Range
+			in.Pins = append(in.Pins, PinVersion{Range: g, Region: "eu", Epoch: 2, NotBefore: at(5000)})
+			in.Planned = map[PlannedMove]bool{{g, 2}: true}
+			// eu's first write at epoch 2 is op 1: it never saw us's op 1.
+			w := LogEvent{Partition: 0, Pos: 1, Item: "i", User: "u", Delta: 0, EventTime: at(6000).UnixMilli(), Kind: uint8(edge.KindFlip)}
+			w.Version.Epoch, w.Version.Op = 2, 1
+			in.Logs["eu"] = append(in.Logs["eu"], w)
+		}, CheckPlanned},
+	}
+	for _, c := range cases {
+		in := world()
+		c.mutate(&in)
+		res := Check(in)
+		if res.ByCheck[c.want] == 0 {
+			t.Errorf("%s: want a %s violation, got %v", c.name, c.want, res.Violations)
+		}
+	}
+}
+
+func TestPlanSchedule(t *testing.T) {
+	regions := []string{"us", "eu", "ap"}
+	a := PlanSchedule(5, 80*time.Second, regions, nil, 2*time.Second)
+	b := PlanSchedule(5, 80*time.Second, regions, nil, 2*time.Second)
+	if !reflect.DeepEqual(a, b) {
+		t.Fatal("the same seed planned two schedules")
+	}
+	kinds := map[string]bool{}
+	for _, e := range a {
+		kinds[e.Kind] = true
+		if e.At >= 80*time.Second {
+			t.Errorf("episode %s starts after the schedule", e)
+		}
+	}
+	if len(kinds) != len(AllNemeses) {
+		t.Errorf("80s schedule of seed 5 covers %d kinds %v, want all %d", len(kinds), kinds, len(AllNemeses))
+	}
+	if c := PlanSchedule(6, 80*time.Second, regions, nil, 2*time.Second); reflect.DeepEqual(a, c) {
+		t.Error("seeds 5 and 6 planned the same schedule")
+	}
+}

@@ -1,44 +1,65 @@
 // Package sim is a deterministic multi-region simulation of the likes service
-// that drives the real code: each region is a real pebblestore.Store on its own
-// crashable in-memory filesystem, a real edge.Service (with forwarding), real
-// pipeline.Aggregators stepped by hand and a real replication.Server receiving
-// pushes; only time (clock.Fake), the network (per-link message queues), etcd
-// (a global pin table with per-region lagging views fed to epoch.Decide) and
-// the clients are simulated.
+// that drives the real code (in the style of etcd's rafttest interaction
+// environment and pebble's seeded metamorphic tests).
+//
+// Real: per region a pebblestore.Store on its own vfs.NewCrashableMem, an
+// edge.Service (with its forwarding path), one pipeline.Aggregator per log
+// partition stepped by hand, and a replication.Server that applies pushes
+// through the store's Sink methods (ApplyRemote per partition, then
+// MergeCells) and answers digests; authority decisions are epoch.Decide.
+// Simulated: time (one clock.Fake), the network (a message queue per directed
+// link), etcd (a global pin table; each region has its own view of it and a
+// proof time, which stop while the region is cut off from etcd), the shippers
+// (batches built from the sender's Source exactly as replication.Shipper
+// builds them: watermark first, then the log after the peer's cursor, then
+// the cell changes; the watermark only when every cell change is included),
+// and the clients.
 //
 // One goroutine schedules everything from a seeded PCG generator, so a seed
-// replays exactly (the stores' own goroutines only ever serve one request at a
-// time). Each seed also draws its own fault mix (swarm testing): how often it
-// writes, steps aggregators, ships, loses, duplicates or reorders messages,
-// partitions links, cuts regions off from etcd, moves pins (planned drains and
-// unplanned failovers), crashes regions (a CrashClone of the region's MemFS:
-// acknowledged writes are synced, aggregator windows and merged cells may roll
-// back) and advances the clock.
+// replays exactly (the stores' own goroutines only ever serve one call at a
+// time; crashes keep exactly the synced data, never a random fraction). Each
+// seed also draws its fault mix (swarm testing): how often it writes (new
+// requests, retries, deep-dive-1 stale retries of an old like after an
+// unlike, keys reused for other requests, retractions), steps aggregators,
+// ships, loses, duplicates or reorders messages, cuts links, cuts regions off
+// from etcd, moves pins (planned drains with a catch-up barrier; unplanned
+// failovers whose new owner starts at notBefore without the old owner's
+// unreplicated tail, while the old owner is cut off from etcd, isolated from
+// its peers or dead), runs anti-entropy rounds, syncs WALs, crashes and
+// restarts regions (acknowledged writes are synced; aggregator windows and
+// merged cells may roll back) and advances the clock. Clients reach the owner
+// of the user's range, or the previous owner (stale geo-DNS, likelier while a
+// failover is in progress), or any region, which forwards.
 //
-// After the scheduled steps the simulation heals everything, delivers every
-// message and ships and steps until quiescent, then asserts:
+// Checked as it happens:
 //
-//   - every region holds the same register for every edge, equal to the
-//     newest version any region wrote, whose state is the target of the last
-//     request (in real time) that a region accepted for that edge;
-//   - every region's Count(item) equals the number of LIKED edges, and the
-//     cells of every source region sum to the same value everywhere;
-//   - watermarks are honest (at any region, for every region r with watermark
-//     T there, every counted event of r's log with event time <= T is inside
-//     the local copy of r's cell) and live (after healing, asOf passes every
-//     event);
-//   - no write was accepted under a stale epoch: the writer was the pin's
-//     region for that epoch, no newer epoch had started (now < its notBefore)
-//     and, per range, accepted epochs never go back in time;
-//   - idempotency: a request whose key's record is present at the owner
-//     replays (same request, same answer, edge unchanged) or conflicts
-//     (different request); a record the owner has not yet received (the
-//     unplanned-failover window of DESIGN section 5) is counted, not failed;
-//   - acknowledged edge writes survive crashes.
+//   - epoch safety: every accepted write ran under the epoch of a pin naming
+//     the writing region, before any newer epoch's notBefore, and per range
+//     accepted epochs never go back;
+//   - idempotency: a region holding a key's record replays it (same answer,
+//     nothing written) or refuses it as a conflict (another request); a record
+//     the owner has not received yet (the unplanned-failover window of DESIGN
+//     section 5) is counted as Overtaken, not failed;
+//   - read-your-writes at the ingress region after a fresh write;
+//   - durability: after a crash every write the region acknowledged is there;
+//   - watermark freshness: no region already holds a watermark of a region at
+//     or past the event time of an event that region just committed;
+//   - watermark honesty at random points (below).
 //
-// Invariants checked continuously (epoch safety, idempotency, durability after
-// a crash, read-your-writes at the ingress) fail the step that breaks them;
-// the others are checked after healing and, for watermark honesty, also at
-// random points. A failure reports the seed and the step; Run with Verbose
-// replays the seed with a trace.
+// Checked after healing (every fault ends, every message is delivered, then
+// shipping and stepping run until nothing changes):
+//
+//   - every region holds the same register for every edge, equal to the newest
+//     version any region wrote, whose state is the target of the last request
+//     (in real time) that a region accepted for the edge;
+//   - every region's Count(item) equals the number of LIKED edges, and each
+//     source region's cells of an item sum to the same value everywhere;
+//   - honesty: at every region x, for every region r with watermark T at x,
+//     every counted event of r's log with event time <= T is inside x's copy
+//     of r's cell for that item and partition (cell HWM >= event position);
+//   - liveness: every region's asOf has passed the last event.
+//
+// A failure names the seed, the step and the command that replays it with a
+// trace: LIKES_SIM_SEED=S go test ./sim -run '^TestSim$' -v (TestSimChains
+// failures name TestSimChains, which replays with its own fault mix).
 package sim

@@ -65,6 +65,7 @@ type Stats struct {
 	Syncs          int
 	Corrections    int // correction events in all logs at the end
 	HonestyChecks  int
+	AntiEntropy    int // digest rounds
 	HealRounds     int
 }
 
@@ -86,8 +87,8 @@ type Knobs struct {
 	Regions, Ranges, Partitions, Items, Users int
 
 	// Action weights.
-	WWrite, WStep, WSend, WDeliver, WClock, WPartition, WEtcd int
-	WPlanned, WUnplanned, WCrash, WRestart, WSync, WCheck     int
+	WWrite, WStep, WSend, WDeliver, WClock, WPartition, WEtcd  int
+	WPlanned, WUnplanned, WCrash, WRestart, WSync, WCheck, WAE int
 
 	PDrop, PDup, PReorder float64 // per delivery
 	PLostReply            float64 // per accepted forwarded or local request
@@ -109,7 +110,7 @@ func drawKnobs(r *rand.Rand) Knobs {
 		Regions: 3, Ranges: 8, Partitions: 4, Items: 4, Users: 16,
 		WWrite: w(25, 50), WStep: w(5, 20), WSend: w(8, 20), WDeliver: w(10, 30), WClock: w(3, 16),
 		WPartition: w(1, 4), WEtcd: w(1, 3), WPlanned: w(0, 3), WUnplanned: w(0, 4),
-		WCrash: w(0, 6), WRestart: w(1, 4), WSync: w(0, 3), WCheck: w(0, 2),
+		WCrash: w(0, 6), WRestart: w(1, 4), WSync: w(0, 3), WCheck: w(0, 2), WAE: w(0, 2),
 		PDrop:          float64(r.IntN(4)) * 0.05,
 		PDup:           float64(r.IntN(3)) * 0.05,
 		PReorder:       float64(r.IntN(3)) * 0.15,
@@ -377,7 +378,7 @@ func (s *sim) act() {
 	s.stats.Steps++
 	k := &s.k
 	ws := []int{k.WWrite, k.WStep, k.WSend, k.WDeliver, k.WClock, k.WPartition, k.WEtcd,
-		k.WPlanned, k.WUnplanned, k.WCrash, k.WRestart, k.WSync, k.WCheck}
+		k.WPlanned, k.WUnplanned, k.WCrash, k.WRestart, k.WSync, k.WCheck, k.WAE}
 	total := 0
 	for _, w := range ws {
 		total += w
@@ -414,6 +415,8 @@ func (s *sim) act() {
 		s.syncRandom()
 	case 12:
 		s.checkHonestyAll()
+	case 13:
+		s.antiEntropy()
 	}
 }
 
@@ -658,8 +661,9 @@ func (s *sim) crashRandom() {
 
 // crash kills a region: its filesystem keeps exactly what was synced. With
 // probability 1/2 the WAL was synced just before (nothing unsynced is lost).
-func (s *sim) crash(r *region) {
-	synced := s.rng.IntN(2) == 0
+func (s *sim) crash(r *region) { s.crashSynced(r, s.rng.IntN(2) == 0) }
+
+func (s *sim) crashSynced(r *region, synced bool) {
 	if synced {
 		s.must(r.st.DB().LogData(nil, pebble.Sync), "sync before crash")
 	}

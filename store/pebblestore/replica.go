@@ -51,7 +51,8 @@ func (s *Store) OwnWatermark(ctx context.Context) (int64, error) {
 	return min, nil
 }
 
-// CellChanges implements replication.Source.
+// CellChanges implements replication.Source. It syncs the WAL before
+// returning, so every change and watermark it lets the caller ship is durable.
 func (s *Store) CellChanges(_ context.Context, after uint64, limit int) ([]replication.CellState, uint64, error) {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: outboxKey(after + 1), UpperBound: []byte{'p'}})
 	if err != nil {
@@ -83,15 +84,16 @@ func (s *Store) CellChanges(_ context.Context, after uint64, limit int) ([]repli
 	if err := it.Error(); err != nil {
 		return nil, after, err
 	}
-	if through > after {
-		// Aggregator commits are not synced, so a crash may roll back the
-		// outbox and reuse these sequence numbers for other changes; a peer
-		// whose cursor already passed them would then skip those changes (and
-		// accept a watermark that vouches for them). Make everything shipped
-		// durable first: one WAL sync per batch that carries new cell changes.
-		if err := s.db.LogData(nil, pebble.Sync); err != nil {
-			return nil, after, err
-		}
+	// Watermark-only aggregator windows are not synced (windows that change
+	// cells are), so a crash may roll back the watermark the shipper read just
+	// before this call (OwnWatermark) and is about to ship. A peer would then
+	// hold a watermark the restarted store no longer knows it handed out: its
+	// stamping floor comes from the durable positions, so a new event could be
+	// stamped at or below it and the peer's asOf would claim an event it does
+	// not have. One WAL sync per batch makes everything committed so far,
+	// hence everything this batch vouches for, durable.
+	if err := s.db.LogData(nil, pebble.Sync); err != nil {
+		return nil, after, err
 	}
 	return out, through, nil
 }

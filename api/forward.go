@@ -127,6 +127,7 @@ func (f *Forwarder) conn(addr string) (*grpc.ClientConn, error) {
 	}
 	c, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		rpcjson.Reconnect(),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rpcjson.Codec{})))
 	if err != nil {
 		return nil, err

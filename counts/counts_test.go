@@ -409,7 +409,9 @@ func TestNewReaderValidates(t *testing.T) {
 		}
 	}
 	r := newReader(t, counts.Config{Store: st, Cache: inproc.NewCache(nil, 0)})
-	if r.Close() != nil || r.Close() != nil {
-		t.Fatal("Close must be idempotent")
+	for i := 0; i < 2; i++ {
+		if err := r.Close(); err != nil {
+			t.Fatalf("Close #%d: %v (Close must be idempotent)", i+1, err)
+		}
 	}
 }

@@ -550,7 +550,7 @@ func measQuiet(c *triCluster) (bool, string) {
 					lag += h - p.Acked.Log[i]
 				}
 			}
-			// Checked last: CellChanges syncs the WAL when it finds changes.
+			// Checked last: CellChanges syncs the WAL (one fsync per call).
 			cellsOK, cells := false, "?"
 			if ok && lag == 0 && p.Handshaken {
 				cs, _, err := n.r.Store.CellChanges(ctx, p.Acked.Cells, 1)

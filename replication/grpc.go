@@ -219,6 +219,7 @@ func (t *GRPCTransport) conn(addr string) (*grpc.ClientConn, error) {
 	}
 	cc, err := grpc.NewClient("passthrough:///"+addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		rpcjson.Reconnect(),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time: t.cfg.KeepaliveTime, Timeout: t.cfg.KeepaliveTimeout, PermitWithoutStream: true,
 		}),

@@ -129,7 +129,7 @@ func TestResumeAfterReceiverRestart(t *testing.T) {
 	}
 
 	fill(src, 50, 2) // committed while the receiver is down
-	rcv = startReceiver(t, rcv.addr, newServer(t, "us", parts, sink))
+	startReceiver(t, rcv.addr, newServer(t, "us", parts, sink))
 	sh2 := newShipper(t, cfg)
 	sh2.SetPeers(peers)
 	eventually(t, "second phase converged", 20*time.Second, nil, converged(src, sink))

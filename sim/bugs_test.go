@@ -14,24 +14,19 @@ import (
 	"likes/store/pebblestore"
 )
 
-// TestBugCorrectionsOutOfVersionOrder reproduces, without the simulation, what
-// TestSimChains seeds 10047, 10058, 10060 (and others) found: a region that
-// owned a range in two epochs (2 and 5) receives, from two other regions, an
-// epoch-4 version first and an epoch-1 version second. Each opens a correction
-// for a different branch, so the region's log holds corrections of one edge
-// whose versions go DOWN (4.2, then 1.1). The aggregator dedupes corrections
-// by "newest correction version applied" (pipeline.Applied.Correction) and
-// skips the second one as a duplicate: the cell no longer equals the sum of
-// the log's deltas, and the item's count is off by one forever.
-//
-// Proposed fix (pipeline/aggregator.go, fold): do not version-dedupe
-// KindCorrection events. Each correction is a distinct log event, written
-// once (ApplyRemote moves the branch bases in the same atomic write), so the
-// per-cell position fence already applies it exactly once; Observe never emits
-// two corrections for one (edge, version) at a region, so there is nothing to
-// dedupe by version. (If a dedupe is wanted for a log with duplicates, key it
-// by the event's position or by (edge, version) as a set, not by a max.)
-func TestBugCorrectionsOutOfVersionOrder(t *testing.T) {
+// TestCorrectionsOutOfVersionOrder is the regression test of a bug the
+// simulation found (TestSimChains seeds 10047, 10058, 10060 and others, before
+// the fix): a region that owned a range in two epochs (2 and 5) receives, from
+// two other regions, an epoch-4 version first and an epoch-1 version second.
+// Each opens a correction for a different branch, so the region's log holds
+// corrections of one edge whose remote versions go DOWN (4.2, then 1.1). The
+// aggregator dedupes corrections by "newest correction version applied"
+// (pipeline.Applied.Correction), so it skipped the second one as a duplicate:
+// the cell no longer equalled the sum of the log's deltas, and the item's
+// count stayed off by one for good. Fixed in pebblestore (applyRemoteEvent):
+// a correction's Version is now the edge's own correction sequence {0, n},
+// which grows in log order.
+func TestCorrectionsOutOfVersionOrder(t *testing.T) {
 	ctx := context.Background()
 	clk := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	const parts = 4
@@ -131,12 +126,13 @@ func stepAll(s *sim, r *region) {
 }
 
 // TestShippedCellsSurviveCrash is the regression test of a bug the
-// simulation found (seeds 167 and 253 of the first version): aggregator
-// commits are not synced, so a crash rolled the cell outbox back and the
+// simulation found (TestSim seeds 167 and 253, before the fix): aggregator
+// commits were not synced, so a crash rolled the cell outbox back and the
 // restarted region reused its sequence numbers for new changes; a peer whose
 // cursor had passed them skipped those changes for good (counts diverged) and
-// took the sender's watermark for them (asOf lied). Fixed in
-// pebblestore.CellChanges, which syncs the WAL before handing changes out.
+// took the sender's watermark for them (asOf lied). Fixed twice over: windows
+// that change cells commit with a sync (pebblestore.Store.Commit), and
+// pebblestore.CellChanges syncs the WAL before handing changes out.
 func TestShippedCellsSurviveCrash(t *testing.T) {
 	scripted(t, func(s *sim) {
 		r0, r1 := s.regions[0], s.regions[1]
@@ -180,12 +176,13 @@ func TestShippedCellsSurviveCrash(t *testing.T) {
 }
 
 // TestShippedWatermarkSurvivesCrash is the regression test of a second bug
-// of the same kind: a watermark-only batch shipped a watermark from an
-// unsynced aggregator commit; after a crash that lost it and a restart before
-// the clock passed it, the store (whose stamping floor is restored from the
-// durable positions) stamped a new event at that very time, so the peer's
-// asOf claimed an event it did not have. Fixed by the same sync in
-// pebblestore.CellChanges.
+// of that kind (found by the simulation with a crash-heavy fault mix): a
+// watermark-only window is committed without a sync, and the shipper sent its
+// watermark; a crash lost the window, and a restart before the clock passed
+// that watermark let the store (whose stamping floor is restored from the
+// durable positions) stamp a new event at that very time, so the peer's asOf
+// claimed an event it did not have. Fixed in pebblestore.CellChanges, which
+// syncs the WAL on every call, so whatever a batch vouches for is durable.
 func TestShippedWatermarkSurvivesCrash(t *testing.T) {
 	scripted(t, func(s *sim) {
 		r0, r1 := s.regions[0], s.regions[1]

@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync/atomic"
+	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
@@ -58,3 +61,13 @@ func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 
 // Name implements encoding.CodecV2.
 func (Codec) Name() string { return Name }
+
+// Reconnect caps gRPC's reconnect backoff (default: up to 120 s) so a link
+// that heals after a partition is used again within a couple of seconds:
+// replication catch-up and forwarding both wait on it.
+func Reconnect() grpc.DialOption {
+	return grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+		MinConnectTimeout: 2 * time.Second,
+	})
+}

@@ -4,7 +4,7 @@ STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: run test lint unit bench
 
-## run: start one region on the embedded default (Pebble, no servers) on 127.0.0.1:8080
+## run: start regions us, eu, ap on the embedded default (Pebble + embedded etcd, no servers) on 127.0.0.1:8080-8082
 run:
 	$(GO) run ./cmd/likesd dev
 
@@ -27,7 +27,7 @@ bench:
 # --- production engines (DESIGN.md §7), not part of `make test` ---------------
 .PHONY: servers servers-down test-engines
 ENGINES ?= etcd redis kafka cassandra
-ENGINE_PKGS ?= ./store/... ./epoch/... ./inproc/... ./cache/...
+ENGINE_PKGS ?= ./store/... ./stream/... ./epoch/... ./inproc/... ./cache/...
 
 ## servers: install what is missing and start etcd, Redis, Kafka and Cassandra on loopback
 servers:

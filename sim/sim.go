@@ -60,7 +60,7 @@ type Stats struct {
 	EtcdCuts       int
 	PlannedMoves   int
 	UnplannedMoves int
-	Chains         int // unplanned A→B→C (three distinct regions in a row)
+	Chains         int // unplanned A→B→C moves (three distinct regions, writes in each epoch)
 	Crashes        int
 	Syncs          int
 	Corrections    int // correction events in all logs at the end

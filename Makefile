@@ -8,8 +8,10 @@ STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
 run:
 	$(GO) run ./cmd/likesd dev
 
-## test: everything CI runs: formatting, vet, staticcheck, and every test with -race
-test: lint unit
+## test: everything CI runs: formatting, vet, staticcheck, every test with -race, then the
+## contract suites against real etcd, Redis, Kafka and Cassandra (installed and started by
+## scripts/servers.sh, stopped after)
+test: lint unit test-engines
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -24,7 +26,7 @@ unit:
 bench:
 	bash scripts/bench.sh
 
-# --- production engines (DESIGN.md §7), not part of `make test` ---------------
+# --- production engines (DESIGN.md §7) ----------------------------------------
 .PHONY: servers servers-down test-engines
 ENGINES ?= etcd redis kafka cassandra
 ENGINE_PKGS ?= ./store/... ./stream/... ./epoch/... ./inproc/... ./cache/...

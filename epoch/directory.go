@@ -256,7 +256,13 @@ func (d *Directory) Move(ctx context.Context, rng uint32, expectEpoch uint64, to
 			return cur, fmt.Errorf("%w: range %d is at epoch %d (region %q), expected %d",
 				ErrEpochChanged, rng, cur.Epoch, cur.Region, expectEpoch)
 		}
-		next := Pin{Range: rng, Region: to, Epoch: expectEpoch + 1, NotBefore: notBefore}
+		// A new epoch never starts before the current one may: the current
+		// owner may write until its own notBefore-based window has passed.
+		start := notBefore
+		if cur.NotBefore.After(start) {
+			start = cur.NotBefore
+		}
+		next := Pin{Range: rng, Region: to, Epoch: expectEpoch + 1, NotBefore: start}
 		tr, err := d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
 			Then(clientv3.OpPut(key, encodePin(next))).

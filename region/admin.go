@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"time"
 
@@ -45,6 +46,8 @@ type Status struct {
 	Watermarks       map[string]string `json:"watermarks"`
 	AsOf             string            `json:"asOf"`
 	AggregatorLag    uint64            `json:"aggregatorLagEvents"`
+	RelayLag         *uint64           `json:"relayLagEvents,omitempty"`
+	Engines          string            `json:"engines"`
 	Partitions       int               `json:"partitions"`
 	Peers            any               `json:"replication,omitempty"`
 	LastKeepaliveAgo string            `json:"lastKeepaliveAgo,omitempty"`
@@ -53,7 +56,7 @@ type Status struct {
 
 func (a *admin) aggLag() uint64 {
 	var lag uint64
-	for _, s := range a.r.Aggs.Stats() {
+	for _, s := range a.r.aggStats() {
 		if s.Head > s.Position {
 			lag += s.Head - s.Position
 		}
@@ -63,15 +66,23 @@ func (a *admin) aggLag() uint64 {
 
 // Status implements api.Admin.
 func (a *admin) Status(ctx context.Context) (any, error) {
-	wms, err := a.r.Store.Watermarks(ctx)
+	wms, err := a.r.Backend.Watermarks(ctx)
 	if err != nil {
 		return nil, err
 	}
-	st := Status{Region: a.r.cfg.Name, Watermarks: map[string]string{}, AggregatorLag: a.aggLag(), Partitions: a.r.Store.Partitions()}
+	st := Status{Region: a.r.cfg.Name, Watermarks: map[string]string{}, AggregatorLag: a.aggLag(), Partitions: a.r.Backend.Partitions()}
 	for reg, t := range wms {
 		st.Watermarks[reg] = time.UnixMilli(t).UTC().Format(time.RFC3339Nano)
 	}
 	st.AsOf = time.UnixMilli(wms.AsOf(a.r.regions)).UTC().Format(time.RFC3339Nano)
+	st.Engines = a.r.cfg.Engines.String()
+	if a.r.cfg.Engines.Log == LogKafka {
+		lag, err := a.relayLag(ctx)
+		if err != nil {
+			return nil, err
+		}
+		st.RelayLag = &lag
+	}
 	if c := a.r.cluster; c != nil {
 		st.Peers = c.shipper.Stats()
 		st.LastKeepaliveAgo = a.r.cfg.Clock.Now().Sub(c.keepalive.LastKeepalive()).Round(time.Millisecond).String()
@@ -84,13 +95,16 @@ func (a *admin) Status(ctx context.Context) (any, error) {
 	return st, nil
 }
 
+// Recount is one item's reconciliation (the same on every store).
+type Recount = pebblestore.Recount
+
 // ReconcileReport is what POST /v1/admin/reconcile answers.
 type ReconcileReport struct {
-	Region     string                `json:"region"`
-	Items      int                   `json:"itemsChecked"`
-	Mismatched []pebblestore.Recount `json:"mismatched"`
-	Healed     int                   `json:"healed"`
-	Truncated  bool                  `json:"truncated,omitempty"`
+	Region     string    `json:"region"`
+	Items      int       `json:"itemsChecked"`
+	Mismatched []Recount `json:"mismatched"`
+	Healed     int       `json:"healed"`
+	Truncated  bool      `json:"truncated,omitempty"`
 }
 
 // maxReconcileItems bounds one reconciliation request.
@@ -101,13 +115,13 @@ const maxReconcileItems = 1_000_000
 // and after the recount.
 func (a *admin) Reconcile(ctx context.Context, item string, heal bool) (any, error) {
 	if heal {
-		if err := a.quiescent(); err != nil {
+		if err := a.quiescent(ctx); err != nil {
 			return nil, err
 		}
 	}
-	rep := ReconcileReport{Region: a.r.cfg.Name, Mismatched: []pebblestore.Recount{}}
+	rep := ReconcileReport{Region: a.r.cfg.Name, Mismatched: []Recount{}}
 	check := func(it string) error {
-		rc, err := a.r.Store.RecountItem(ctx, it)
+		rc, err := a.r.recount(ctx, it)
 		if err != nil {
 			return err
 		}
@@ -124,7 +138,7 @@ func (a *admin) Reconcile(ctx context.Context, item string, heal bool) (any, err
 	} else {
 		after := ""
 		for rep.Items < maxReconcileItems {
-			items, err := a.r.Store.Items(ctx, after, 1000)
+			items, err := a.r.Backend.Items(ctx, after, 1000)
 			if err != nil {
 				return nil, err
 			}
@@ -143,11 +157,11 @@ func (a *admin) Reconcile(ctx context.Context, item string, heal bool) (any, err
 	sort.Slice(rep.Mismatched, func(i, j int) bool { return rep.Mismatched[i].Item < rep.Mismatched[j].Item })
 	a.mismatch.Set(float64(len(rep.Mismatched)))
 	if heal && len(rep.Mismatched) > 0 {
-		if err := a.quiescent(); err != nil {
+		if err := a.quiescent(ctx); err != nil {
 			return nil, err
 		}
 		for i, rc := range rep.Mismatched {
-			if err := a.r.Store.Heal(ctx, rc.Item, rc.Mismatch); err != nil {
+			if err := a.r.Backend.Heal(ctx, rc.Item, rc.Mismatch); err != nil {
 				return nil, err
 			}
 			rep.Mismatched[i].Healed = true
@@ -158,9 +172,43 @@ func (a *admin) Reconcile(ctx context.Context, item string, heal bool) (any, err
 	return rep, nil
 }
 
-func (a *admin) quiescent() error {
+// relayLag is how many events of the store's log the Kafka relay has not
+// published yet (all of them while the relay is stopped).
+func (a *admin) relayLag(ctx context.Context) (uint64, error) {
+	a.r.pmu.Lock()
+	rl := a.r.Relay
+	a.r.pmu.Unlock()
+	pub := map[uint32]uint64{}
+	if rl != nil {
+		for _, s := range rl.Stats() {
+			pub[s.Partition] = s.SourcePos
+		}
+	}
+	var lag uint64
+	for p := range a.r.Backend.Partitions() {
+		_, head, err := a.r.Backend.Read(ctx, uint32(p), math.MaxUint64, 0)
+		if err != nil {
+			return 0, err
+		}
+		if head.Pos > pub[uint32(p)] {
+			lag += head.Pos - pub[uint32(p)]
+		}
+	}
+	return lag, nil
+}
+
+func (a *admin) quiescent(ctx context.Context) error {
 	if lag := a.aggLag(); lag > 0 {
 		return fmt.Errorf("aggregators are %d events behind; heal only on a converged region", lag)
+	}
+	if a.r.cfg.Engines.Log == LogKafka {
+		lag, err := a.relayLag(ctx)
+		if err != nil {
+			return err
+		}
+		if lag > 0 {
+			return fmt.Errorf("the Kafka relay is %d events behind; heal only on a converged region", lag)
+		}
 	}
 	if c := a.r.cluster; c != nil {
 		var errs []error
@@ -186,12 +234,12 @@ type LogPage struct {
 
 // Log implements api.Admin.
 func (a *admin) Log(ctx context.Context, partition uint32, after uint64, limit int) (any, error) {
-	evs, head, err := a.r.Store.Read(ctx, partition, after, limit)
+	evs, head, err := a.r.Backend.Read(ctx, partition, after, limit)
 	if err != nil {
 		return nil, err
 	}
 	if evs == nil {
 		evs = []edge.Event{}
 	}
-	return LogPage{Region: a.r.cfg.Name, Partitions: a.r.Store.Partitions(), Head: head.Pos, Events: evs}, nil
+	return LogPage{Region: a.r.cfg.Name, Partitions: a.r.Backend.Partitions(), Head: head.Pos, Events: evs}, nil
 }

@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/gocql/gocql"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -18,16 +19,18 @@ import (
 	"likes/clock"
 	"likes/counts"
 	"likes/edge"
-	"likes/inproc"
 	"likes/pipeline"
+	"likes/store/cassandra"
 	"likes/store/pebblestore"
+	"likes/store/redisstore"
+	"likes/stream/kafkalog"
 )
 
 // Config configures one region.
 type Config struct {
 	// Name is the region's name (e.g. "us"). Required.
 	Name string
-	// DataDir holds the region's database. Required.
+	// DataDir holds the region's database. Required with the Pebble store.
 	DataDir string
 	// Partitions of the committed log (default 16; fixed at creation).
 	Partitions int
@@ -48,7 +51,11 @@ type Config struct {
 	EraseRate int
 	// Cluster, when set, makes this region one of several (pins, leases,
 	// replication, forwarding); nil runs a single region owning every range.
+	// It needs the embedded default store and log (Engines).
 	Cluster *Cluster
+	// Engines chooses the backend of each role; the zero value is the
+	// embedded default (Pebble, in-process log tailing, cache and limiters).
+	Engines Engines
 	// Unsafe breaks guarantees on purpose, for the chaos suite's proof that its
 	// checker can fail. Never set in a deployment.
 	Unsafe Unsafe
@@ -93,8 +100,20 @@ func (u Unsafe) Any() bool { return u.NoFence || u.NoIdempotency || u.NoLeaseChe
 
 // Region is one running region.
 type Region struct {
-	cfg      Config
-	Store    *pebblestore.Store
+	cfg Config
+	// Store is the embedded default's Pebble store (nil on other engines; the
+	// roles are in Backend whatever the engine).
+	Store *pebblestore.Store
+	// Backend holds edges, jobs, the committed log and cells (Engines.Store).
+	Backend Backend
+	// Cassandra is the Cassandra store (Engines.Store "cassandra"), else nil.
+	Cassandra *cassandra.Store
+	// KafkaLog is what the aggregators read with Engines.Log "kafka", else nil.
+	KafkaLog *kafkalog.Log
+	// Relay publishes the store's log to Kafka (Engines.Log "kafka"), else nil.
+	Relay *kafkalog.Relay
+	// Redis serves the cache, overlay and limiters (Engines.Cache "redis"), else nil.
+	Redis    *redisstore.Store
 	Service  *edge.Service
 	Eraser   *edge.Eraser
 	Counts   *counts.Reader
@@ -102,19 +121,35 @@ type Region struct {
 	API      *api.Server
 	Registry *prometheus.Registry
 
-	cluster  *clusterParts
-	regions  []string // every region whose watermark bounds asOf
-	once     sync.Once
-	closeErr error
+	log        *slog.Logger
+	session    *gocql.Session // Cassandra's, closed after the store
+	aggLog     pipeline.Log   // what the aggregators read
+	pcfg       pipeline.Config
+	pmu        sync.Mutex // guards Aggs and Relay (stopped and restarted in tests)
+	cellWrites atomic.Uint64
+	recount    func(ctx context.Context, item string) (Recount, error)
+	cluster    *clusterParts
+	regions    []string // every region whose watermark bounds asOf
+	once       sync.Once
+	closeErr   error
 }
 
 // Open starts a region.
 func Open(ctx context.Context, cfg Config) (*Region, error) {
-	if cfg.Name == "" || cfg.DataDir == "" {
-		return nil, errors.New("region: Config needs Name and DataDir")
+	if cfg.Name == "" {
+		return nil, errors.New("region: Config needs Name")
 	}
 	if len(cfg.Secret) == 0 {
 		return nil, errors.New("region: Config needs Secret")
+	}
+	if err := cfg.Engines.normalize(cfg.Name, cfg.Cluster != nil); err != nil {
+		return nil, err
+	}
+	if cfg.DataDir == "" && cfg.Engines.Store == StorePebble {
+		return nil, errors.New("region: Config needs DataDir (the Pebble store's folder)")
+	}
+	if cfg.Partitions == 0 {
+		cfg.Partitions = 16
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
@@ -135,22 +170,25 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 	if cfg.Unsafe.Any() {
 		log.Warn("UNSAFE: guarantees are switched off for testing", "unsafe", fmt.Sprintf("%+v", cfg.Unsafe))
 	}
-	st, err := pebblestore.Open(pebblestore.Options{
-		Dir: filepath.Join(cfg.DataDir, cfg.Name), Region: cfg.Name, Partitions: cfg.Partitions, Clock: cfg.Clock,
-	})
-	if err != nil {
-		return nil, err
-	}
-	r := &Region{cfg: cfg, Store: st, Registry: prometheus.NewRegistry()}
+	r := &Region{cfg: cfg, log: log, Registry: prometheus.NewRegistry()}
 	fail := func(err error) (*Region, error) {
 		_ = r.Close()
 		return nil, err
 	}
+	if err := r.openStore(ctx); err != nil {
+		return nil, err
+	}
+	st := r.Backend
+	caches, err := openCaching(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	r.Redis = caches.redis
 	var authority edge.Authority = edge.StaticAuthority(1)
 	var forwarder edge.Forwarder
 	regions := []string{cfg.Name}
 	if cfg.Cluster != nil {
-		if r.cluster, err = startCluster(ctx, cfg.Name, cfg.Cluster, st, cfg.Clock, log); err != nil {
+		if r.cluster, err = startCluster(ctx, cfg.Name, cfg.Cluster, r.Store, cfg.Clock, log); err != nil {
 			return fail(err)
 		}
 		authority, forwarder = r.cluster.authority, r.cluster.forwarder
@@ -162,7 +200,7 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 		}
 	}
 	r.Service, err = edge.NewService(edge.ServiceConfig{
-		Store: st, Overlay: inproc.NewOverlay(cfg.Clock, 30*time.Second), Clock: cfg.Clock,
+		Store: st, Overlay: caches.overlay, Clock: cfg.Clock,
 		Authority: authority, Forwarder: forwarder, UnsafeNoIdempotency: cfg.Unsafe.NoIdempotency,
 	})
 	if err != nil {
@@ -171,11 +209,15 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 	if r.cluster != nil {
 		r.cluster.serve(r.Service)
 	}
-	r.Aggs, err = pipeline.NewGroup(ctx, pipeline.Config{
-		Region: cfg.Name, Log: st, Cells: st, Clock: cfg.Clock, Window: cfg.Window, UnsafeNoFence: cfg.Unsafe.NoFence,
+	if err := r.openLog(ctx); err != nil {
+		return fail(err)
+	}
+	r.pcfg = pipeline.Config{
+		Region: cfg.Name, Log: r.aggLog, Cells: countingCells{CellStore: st, n: &r.cellWrites}, Clock: cfg.Clock,
+		Window: cfg.Window, UnsafeNoFence: cfg.Unsafe.NoFence,
 		OnError: func(p uint32, err error) { log.Warn("aggregator window failed; retrying", "partition", p, "err", err) },
-	})
-	if err != nil {
+	}
+	if err := r.startAggregators(ctx); err != nil {
 		return fail(err)
 	}
 	r.Eraser, err = edge.NewEraser(ctx, edge.EraserConfig{
@@ -186,18 +228,10 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 		return fail(err)
 	}
 	r.Counts, err = counts.NewReader(counts.Config{
-		Store: st, Cache: inproc.NewCache(cfg.Clock, time.Minute), Clock: cfg.Clock, Regions: regions,
+		Store: st, Cache: caches.cache, Clock: cfg.Clock, Regions: regions,
 	})
 	if err != nil {
 		return fail(err)
-	}
-	var ipLimiter api.Limiter
-	if cfg.IPRate > 0 {
-		ipLimiter = inproc.NewLimiter(cfg.Clock, cfg.IPRate, cfg.IPBurst)
-	}
-	var userLimiter api.Limiter
-	if cfg.UserRate > 0 {
-		userLimiter = inproc.NewLimiter(cfg.Clock, cfg.UserRate, cfg.UserBurst)
 	}
 	r.regions = regions
 	var userHome func(string) (bool, string, error)
@@ -209,13 +243,16 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 		UserHome: userHome,
 		Region:   cfg.Name, Service: r.Service, Eraser: r.Eraser, Store: st, Counts: r.Counts,
 		Verifier:    auth.NewVerifier(cfg.Secret, cfg.Clock.Now),
-		UserLimiter: userLimiter, IPLimiter: ipLimiter, MaxInFlightWrites: cfg.MaxInFlightWrites,
+		UserLimiter: caches.user, IPLimiter: caches.ip, MaxInFlightWrites: cfg.MaxInFlightWrites,
 		Registry: r.Registry, Clock: cfg.Clock,
 	})
 	if err != nil {
 		return fail(err)
 	}
 	r.registerPipelineMetrics()
+	if e := cfg.Engines; e.Store != StorePebble || e.Log != LogStore || e.Cache != CacheInproc {
+		log.Info("region engines", "engines", cfg.Engines.String())
+	}
 	return r, nil
 }
 
@@ -227,7 +264,7 @@ func (r *Region) registerPipelineMetrics() {
 			Help: "Committed log events not yet folded into cells, summed over partitions.",
 		}, func() float64 {
 			var lag uint64
-			for _, s := range r.Aggs.Stats() {
+			for _, s := range r.aggStats() {
 				if s.Head > s.Position {
 					lag += s.Head - s.Position
 				}
@@ -239,7 +276,7 @@ func (r *Region) registerPipelineMetrics() {
 			Help: "Correction events folded: older-epoch writes that arrived after an unplanned failover branched their edge (acknowledged writes overtaken; counts stay exact).",
 		}, func() float64 {
 			var n uint64
-			for _, s := range r.Aggs.Stats() {
+			for _, s := range r.aggStats() {
 				n += s.Corrections
 			}
 			return float64(n)
@@ -248,12 +285,16 @@ func (r *Region) registerPipelineMetrics() {
 			Name: "likes_count_staleness_seconds",
 			Help: "Now minus this region's watermark (the asOf of a fresh count read).",
 		}, func() float64 {
-			wm, err := r.Store.Watermarks(context.Background())
+			wm, err := r.ownWatermark(context.Background())
 			if err != nil {
 				return -1
 			}
-			return r.cfg.Clock.Now().Sub(time.UnixMilli(wm[r.cfg.Name])).Seconds()
+			return r.cfg.Clock.Now().Sub(time.UnixMilli(wm)).Seconds()
 		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "likes_aggregator_cell_writes_total",
+			Help: "Cell writes committed by the aggregators (one per touched cell per window).",
+		}, func() float64 { return float64(r.cellWrites.Load()) }),
 	)
 }
 
@@ -264,21 +305,33 @@ func (r *Region) Name() string { return r.cfg.Name }
 func (r *Region) Close() error {
 	r.once.Do(func() {
 		var errs []error
-		for _, c := range []interface{ Close() error }{r.Eraser, r.Aggs, r.Counts} {
-			if c == nil || isNilCloser(c) {
-				continue
-			}
-			if err := c.Close(); err != nil {
+		add := func(err error) {
+			if err != nil {
 				errs = append(errs, err)
 			}
+		}
+		if r.Eraser != nil {
+			add(r.Eraser.Close())
+		}
+		r.stopAggregators()
+		if r.Counts != nil {
+			add(r.Counts.Close())
+		}
+		r.stopRelay()
+		if r.KafkaLog != nil {
+			add(r.KafkaLog.Close())
 		}
 		if r.cluster != nil {
 			r.cluster.close()
 		}
-		if r.Store != nil {
-			if err := r.Store.Close(); err != nil {
-				errs = append(errs, err)
-			}
+		if r.Backend != nil {
+			add(r.Backend.Close())
+		}
+		if r.session != nil {
+			r.session.Close()
+		}
+		if r.Redis != nil {
+			add(r.Redis.Close())
 		}
 		r.closeErr = errors.Join(errs...)
 		if r.closeErr != nil {
@@ -286,18 +339,4 @@ func (r *Region) Close() error {
 		}
 	})
 	return r.closeErr
-}
-
-func isNilCloser(c interface{ Close() error }) bool {
-	switch v := c.(type) {
-	case *edge.Eraser:
-		return v == nil
-	case *pipeline.Group:
-		return v == nil
-	case *counts.Reader:
-		return v == nil
-	case *pebblestore.Store:
-		return v == nil
-	}
-	return false
 }

@@ -47,6 +47,8 @@ type stmts struct {
 	dedupeUpdate  string
 	dedupeSelect  string
 	cellCount     string
+	itemsFirst    string
+	itemsAfter    string
 	positionGet   string
 	positionPut   string
 	positionAll   string
@@ -71,6 +73,8 @@ func newStmts(ks string) stmts {
 			WHERE item = ? AND bucket = ? AND user = ? IF eseq = ?`),
 		likersFirst: q(`SELECT user, state FROM KS.edges WHERE item = ? AND bucket = ?`),
 		likersAfter: q(`SELECT user, state FROM KS.edges WHERE item = ? AND bucket = ? AND user > ?`),
+		itemsFirst:  q(`SELECT DISTINCT item FROM KS.cells LIMIT ?`),
+		itemsAfter:  q(`SELECT DISTINCT item FROM KS.cells WHERE token(item) > token(?) LIMIT ?`),
 		idemSelect:  q(`SELECT fingerprint, liked, changed, expires_at FROM KS.idem WHERE user = ? AND key = ?`),
 		idemInsert: q(`INSERT INTO KS.idem (user, key, fingerprint, liked, changed, expires_at) VALUES (?, ?, ?, ?, ?, ?)
 			USING TTL ?`),

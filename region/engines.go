@@ -1,0 +1,474 @@
+package region
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/gocql/gocql"
+
+	"likes/api"
+	"likes/clock"
+	"likes/counts"
+	"likes/edge"
+	"likes/inproc"
+	"likes/pipeline"
+	"likes/store/cassandra"
+	"likes/store/pebblestore"
+	"likes/store/redisstore"
+	"likes/stream/kafkalog"
+)
+
+// Engine names (Engines.Store, Engines.Log, Engines.Cache).
+const (
+	StorePebble    = "pebble"
+	StoreCassandra = "cassandra"
+	LogStore       = "store"
+	LogKafka       = "kafka"
+	CacheInproc    = "inproc"
+	CacheRedis     = "redis"
+)
+
+// Engines chooses the backend of each role of a region (DESIGN section 7). The
+// zero value is the embedded default: Pebble under DataDir for edges, the
+// committed log and cells; the aggregators tail that log in process; the count
+// cache, session overlay and rate limiters are in process. Every other choice
+// implements the same contracts (edge/edgetest, pipeline/pipelinetest,
+// cache/cachetest).
+//
+// The roles are independent:
+//
+//   - Store "cassandra": edges, idempotency records, erasure jobs, the
+//     committed log (an outbox) and cells live in a Cassandra keyspace (created
+//     beforehand by `likectl migrate --keyspace K`; Open checks the schema).
+//   - Log "kafka": a kafkalog.Relay publishes the store's committed log to a
+//     Kafka topic with the same partitions, and the aggregators read that topic
+//     (kafkalog.Log); cells, dedupe state and positions stay in the store. A
+//     region's cell positions are then Kafka offsets, so the log choice is fixed
+//     when the region's cells are created: switching an existing region between
+//     "store" and "kafka" needs fresh cells.
+//   - Cache "redis": the count cache, the session overlay and the user and IP
+//     limiters are in Redis (redisstore). A dead Redis degrades to the store.
+//
+// A multi-region Cluster needs Store "pebble" and Log "store": replication
+// ships the Pebble log and cells, and has no Cassandra source or sink yet.
+type Engines struct {
+	// Store is "pebble" (default) or "cassandra".
+	Store string
+	// Cassandra configures Store "cassandra".
+	Cassandra CassandraEngine
+	// Log is what the aggregators read: "store" (default, the store's own log)
+	// or "kafka".
+	Log string
+	// Kafka configures Log "kafka".
+	Kafka KafkaEngine
+	// Cache is "inproc" (default) or "redis".
+	Cache string
+	// Redis configures Cache "redis".
+	Redis RedisEngine
+}
+
+// CassandraEngine configures the Cassandra store.
+type CassandraEngine struct {
+	// Hosts are contact points, host[:port] (required).
+	Hosts []string
+	// Keyspace is the region's keyspace (default "likes_" + region name, which
+	// must then be a valid keyspace name).
+	Keyspace string
+	// Consistency of ordinary reads and writes: "LOCAL_QUORUM" (default),
+	// "QUORUM", "ONE", "LOCAL_ONE", "ALL", …
+	Consistency string
+	// Serial is the lightweight transactions' consistency: "SERIAL" (default)
+	// or "LOCAL_SERIAL".
+	Serial string
+	// LocalDC, when set, routes requests to that datacenter first.
+	LocalDC string
+	// Username and Password authenticate when Username is set.
+	Username, Password string
+	// Timeout bounds one request (default 10s).
+	Timeout time.Duration
+}
+
+// KafkaEngine configures the Kafka log.
+type KafkaEngine struct {
+	// Brokers are seed brokers, host:port (required).
+	Brokers []string
+	// Topic is the region's log topic (default "likes." + region + ".log"); its
+	// dead-letter topic is Topic + ".dlq".
+	Topic string
+	// ReplicationFactor of topics the region creates (default 1; 3 in
+	// production, with min.insync.replicas=2).
+	ReplicationFactor int16
+	// PollInterval is how often the relay looks at an idle log partition
+	// (default 20ms); HeartbeatInterval bounds how often an idle partition's
+	// watermark is published (default 250ms).
+	PollInterval, HeartbeatInterval time.Duration
+}
+
+// RedisEngine configures the Redis cache, overlay and limiters.
+type RedisEngine struct {
+	// Addr is host:port (required).
+	Addr     string
+	Username string
+	Password string
+	DB       int
+	// Prefix of every key (default "likes:" + region + ":", so regions may
+	// share one Redis).
+	Prefix string
+	// Timeout bounds one call (default 100ms; Redis is never waited on longer).
+	Timeout time.Duration
+}
+
+// normalize fills the defaults in and checks the combination.
+func (e *Engines) normalize(region string, cluster bool) error {
+	if e.Store == "" {
+		e.Store = StorePebble
+	}
+	if e.Log == "" {
+		e.Log = LogStore
+	}
+	if e.Cache == "" {
+		e.Cache = CacheInproc
+	}
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	switch e.Store {
+	case StorePebble:
+		if c := e.Cassandra; len(c.Hosts) > 0 || c.Keyspace != "" {
+			bad("Cassandra hosts/keyspace are set but Store is %q (set Store %q)", e.Store, StoreCassandra)
+		}
+	case StoreCassandra:
+		c := &e.Cassandra
+		if len(c.Hosts) == 0 {
+			bad("Store %q needs Cassandra.Hosts", StoreCassandra)
+		}
+		if c.Keyspace == "" {
+			c.Keyspace = "likes_" + region
+		}
+		if !cassandra.ValidKeyspace(c.Keyspace) {
+			bad("invalid Cassandra keyspace %q (letters, digits and '_', starting with a letter, at most 48)", c.Keyspace)
+		}
+		if c.Consistency == "" {
+			c.Consistency = "LOCAL_QUORUM"
+		}
+		if _, err := gocql.ParseConsistencyWrapper(c.Consistency); err != nil {
+			bad("Cassandra consistency %q: %v", c.Consistency, err)
+		}
+		if c.Serial == "" {
+			c.Serial = "SERIAL"
+		}
+		if _, err := parseSerial(c.Serial); err != nil {
+			bad("%v", err)
+		}
+		if c.Timeout < 0 {
+			bad("Cassandra timeout must not be negative, got %v", c.Timeout)
+		}
+		if cluster {
+			bad("a multi-region Cluster needs Store %q: replication has no Cassandra source or sink yet (run a Cassandra region alone, without a Cluster)", StorePebble)
+		}
+	default:
+		bad("unknown Store %q (want %q or %q)", e.Store, StorePebble, StoreCassandra)
+	}
+	switch e.Log {
+	case LogStore:
+		if len(e.Kafka.Brokers) > 0 || e.Kafka.Topic != "" {
+			bad("Kafka brokers/topic are set but Log is %q (set Log %q)", e.Log, LogKafka)
+		}
+	case LogKafka:
+		k := &e.Kafka
+		if len(k.Brokers) == 0 {
+			bad("Log %q needs Kafka.Brokers", LogKafka)
+		}
+		if k.Topic == "" {
+			k.Topic = "likes." + region + ".log"
+		}
+		if k.HeartbeatInterval == 0 {
+			k.HeartbeatInterval = 250 * time.Millisecond
+		}
+		if cluster {
+			bad("a multi-region Cluster needs Log %q: replication ships the store's log and cells, and has not been proven with Kafka offsets as cell positions", LogStore)
+		}
+	default:
+		bad("unknown Log %q (want %q or %q)", e.Log, LogStore, LogKafka)
+	}
+	switch e.Cache {
+	case CacheInproc:
+		if e.Redis.Addr != "" {
+			bad("Redis address is set but Cache is %q (set Cache %q)", e.Cache, CacheRedis)
+		}
+	case CacheRedis:
+		if strings.TrimSpace(e.Redis.Addr) == "" {
+			bad("Cache %q needs Redis.Addr", CacheRedis)
+		}
+		if e.Redis.Prefix == "" {
+			e.Redis.Prefix = "likes:" + region + ":"
+		}
+	default:
+		bad("unknown Cache %q (want %q or %q)", e.Cache, CacheInproc, CacheRedis)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("region: Engines: %w", err)
+	}
+	return nil
+}
+
+// Validate checks an Engines choice for a region named region (cluster: the
+// region is one of several), filling the defaults in.
+func (e *Engines) Validate(region string, cluster bool) error { return e.normalize(region, cluster) }
+
+// String describes the choice, e.g. "store=cassandra(likes_us) log=kafka(likes.us.log) cache=redis".
+func (e Engines) String() string {
+	s := "store=" + e.Store
+	if e.Store == StoreCassandra {
+		s += "(" + e.Cassandra.Keyspace + ")"
+	}
+	s += " log=" + e.Log
+	if e.Log == LogKafka {
+		s += "(" + e.Kafka.Topic + ")"
+	}
+	return s + " cache=" + e.Cache
+}
+
+func parseSerial(s string) (gocql.SerialConsistency, error) {
+	switch strings.ToUpper(s) {
+	case "SERIAL":
+		return gocql.Serial, nil
+	case "LOCAL_SERIAL":
+		return gocql.LocalSerial, nil
+	}
+	return 0, fmt.Errorf("Cassandra serial consistency %q: want SERIAL or LOCAL_SERIAL", s)
+}
+
+// Backend is what a region needs of its store, whichever engine holds it:
+// edges and jobs, the committed log, cells and counts, and healing.
+type Backend interface {
+	edge.Store
+	edge.JobStore
+	pipeline.Log
+	pipeline.CellStore
+	pipeline.CountStore
+	// Heal appends a reconcile event carrying delta for item to the log.
+	Heal(ctx context.Context, item string, delta int64) error
+	// Items lists up to limit items after `after`, in the store's order.
+	Items(ctx context.Context, after string, limit int) ([]string, error)
+	Close() error
+}
+
+var (
+	_ Backend = (*pebblestore.Store)(nil)
+	_ Backend = (*cassandra.Store)(nil)
+)
+
+// openStore opens the region's store and sets r.Backend, r.recount and, on
+// the embedded default, r.Store; on Cassandra, r.Cassandra and the session.
+func (r *Region) openStore(ctx context.Context) error {
+	cfg := r.cfg
+	switch cfg.Engines.Store {
+	case StoreCassandra:
+		c := cfg.Engines.Cassandra
+		cons, _ := gocql.ParseConsistencyWrapper(c.Consistency)
+		serial, _ := parseSerial(c.Serial)
+		sess, err := cassandra.Connect(cassandra.SessionConfig{
+			Hosts: c.Hosts, Timeout: c.Timeout, LocalDC: c.LocalDC, Username: c.Username, Password: c.Password,
+		})
+		if err != nil {
+			return err
+		}
+		st, err := cassandra.Open(ctx, cassandra.Options{
+			Session: sess, Keyspace: c.Keyspace, Region: cfg.Name, Partitions: cfg.Partitions, Clock: cfg.Clock,
+			Consistency: cons, Serial: serial,
+			OnError: func(err error) { r.log.Warn("cassandra background work failed; retrying", "err", err) },
+		})
+		if err != nil {
+			sess.Close()
+			return fmt.Errorf("region: open Cassandra keyspace %s (create it with `likectl migrate --hosts %s --keyspace %s`): %w",
+				c.Keyspace, strings.Join(c.Hosts, ","), c.Keyspace, err)
+		}
+		r.session, r.Cassandra, r.Backend = sess, st, st
+		r.recount = func(ctx context.Context, item string) (Recount, error) {
+			rc, err := st.RecountItem(ctx, item)
+			return Recount{Item: rc.Item, Liked: rc.Liked, Cells: rc.Cells, Mismatch: rc.Liked - rc.Cells}, err
+		}
+	default:
+		st, err := pebblestore.Open(pebblestore.Options{
+			Dir: filepath.Join(cfg.DataDir, cfg.Name), Region: cfg.Name, Partitions: cfg.Partitions, Clock: cfg.Clock,
+		})
+		if err != nil {
+			return err
+		}
+		r.Store, r.Backend, r.recount = st, st, st.RecountItem
+	}
+	return nil
+}
+
+// openLog opens what the aggregators read: the store's own log, or the Kafka
+// topic with the relay that fills it from the store's log.
+func (r *Region) openLog(ctx context.Context) error {
+	if r.cfg.Engines.Log != LogKafka {
+		r.aggLog = r.Backend
+		return nil
+	}
+	kc := r.kafkaConfig()
+	l, err := kafkalog.NewLog(ctx, kc)
+	if err != nil {
+		return fmt.Errorf("region: Kafka log %s at %s: %w", kc.Topic, strings.Join(kc.Brokers, ","), err)
+	}
+	r.KafkaLog, r.aggLog = l, l
+	return r.startRelay(ctx)
+}
+
+func (r *Region) kafkaConfig() kafkalog.Config {
+	k := r.cfg.Engines.Kafka
+	return kafkalog.Config{
+		Brokers: k.Brokers, Topic: k.Topic, Partitions: r.Backend.Partitions(), ReplicationFactor: k.ReplicationFactor,
+		ClientID:     "likes-" + r.cfg.Name,
+		PollInterval: k.PollInterval, HeartbeatInterval: k.HeartbeatInterval,
+		OnError: func(p uint32, err error) { r.log.Warn("kafka relay failed; retrying", "partition", p, "err", err) },
+		OnPoison: func(p uint32, off int64, err error) {
+			r.log.Error("kafka log: undecodable record parked in the dead-letter topic", "partition", p, "offset", off, "err", err)
+		},
+	}
+}
+
+// startRelay starts the outbox → Kafka relay (Log "kafka").
+func (r *Region) startRelay(ctx context.Context) error {
+	rl, err := kafkalog.NewRelay(ctx, r.kafkaConfig(), r.Backend)
+	if err != nil {
+		return fmt.Errorf("region: Kafka relay: %w", err)
+	}
+	r.pmu.Lock()
+	r.Relay = rl
+	r.pmu.Unlock()
+	return nil
+}
+
+// stopRelay closes the relay at once (a produce in flight may or may not have
+// landed, as in a crash; its restart resumes from what Kafka holds).
+func (r *Region) stopRelay() {
+	r.pmu.Lock()
+	rl := r.Relay
+	r.Relay = nil
+	r.pmu.Unlock()
+	if rl != nil {
+		_ = rl.Close()
+	}
+}
+
+// startAggregators starts the aggregator group; it resumes every partition
+// from the position committed in the store.
+func (r *Region) startAggregators(ctx context.Context) error {
+	g, err := pipeline.NewGroup(ctx, r.pcfg)
+	if err != nil {
+		return err
+	}
+	r.pmu.Lock()
+	r.Aggs = g
+	r.pmu.Unlock()
+	return nil
+}
+
+// stopAggregators closes the aggregator group at once: windows in flight are
+// canceled mid-commit, as in a crash (a Cassandra window may be half written;
+// the fence makes its replay add nothing twice).
+func (r *Region) stopAggregators() {
+	r.pmu.Lock()
+	g := r.Aggs
+	r.Aggs = nil
+	r.pmu.Unlock()
+	if g != nil {
+		_ = g.Close()
+	}
+}
+
+// aggStats returns the aggregators' statistics (none while they are stopped).
+func (r *Region) aggStats() []pipeline.Stats {
+	r.pmu.Lock()
+	g := r.Aggs
+	r.pmu.Unlock()
+	if g == nil {
+		return nil
+	}
+	return g.Stats()
+}
+
+// CellWrites is the number of cell writes the aggregators have committed
+// (one per touched cell per window): the write amplification of counting.
+func (r *Region) CellWrites() uint64 { return r.cellWrites.Load() }
+
+// countingCells counts the cells of every committed window.
+type countingCells struct {
+	pipeline.CellStore
+	n *atomic.Uint64
+}
+
+func (c countingCells) Commit(ctx context.Context, w pipeline.Window) error {
+	err := c.CellStore.Commit(ctx, w)
+	if err == nil {
+		c.n.Add(uint64(len(w.Cells)))
+	}
+	return err
+}
+
+// caching is the count cache, session overlay and limiters of a region.
+type caching struct {
+	cache       counts.Cache
+	overlay     edge.Overlay
+	user, ip    api.Limiter
+	redis       *redisstore.Store
+	description string
+}
+
+func openCaching(cfg Config) (caching, error) {
+	var c caching
+	if cfg.Engines.Cache != CacheRedis {
+		c.cache, c.overlay = inproc.NewCache(cfg.Clock, time.Minute), inproc.NewOverlay(cfg.Clock, 30*time.Second)
+		if cfg.IPRate > 0 {
+			c.ip = inproc.NewLimiter(cfg.Clock, cfg.IPRate, cfg.IPBurst)
+		}
+		if cfg.UserRate > 0 {
+			c.user = inproc.NewLimiter(cfg.Clock, cfg.UserRate, cfg.UserBurst)
+		}
+		return c, nil
+	}
+	rc := cfg.Engines.Redis
+	s, err := redisstore.Open(redisstore.Config{
+		Addr: rc.Addr, Username: rc.Username, Password: rc.Password, DB: rc.DB, Prefix: rc.Prefix, Timeout: rc.Timeout,
+		CacheTTL: time.Minute, OverlayTTL: 30 * time.Second,
+	})
+	if err != nil {
+		return c, fmt.Errorf("region: Redis: %w", err)
+	}
+	c.redis, c.cache, c.overlay = s, s.Cache(), s.Overlay()
+	// A fake clock (tests) drives the buckets; otherwise Redis's own clock does,
+	// so processes sharing a bucket agree.
+	var lclk clock.Clock
+	if _, real := cfg.Clock.(clock.Real); !real {
+		lclk = cfg.Clock
+	}
+	if cfg.IPRate > 0 {
+		if c.ip, err = s.Limiter(redisstore.LimiterConfig{Name: "ip", Rate: cfg.IPRate, Burst: cfg.IPBurst, Clock: lclk}); err != nil {
+			_ = s.Close()
+			return c, err
+		}
+	}
+	if cfg.UserRate > 0 {
+		if c.user, err = s.Limiter(redisstore.LimiterConfig{Name: "user", Rate: cfg.UserRate, Burst: cfg.UserBurst, Clock: lclk}); err != nil {
+			_ = s.Close()
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// ownWatermark is this region's watermark as its count store knows it.
+func (r *Region) ownWatermark(ctx context.Context) (int64, error) {
+	wm, err := r.Backend.Watermarks(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return wm[r.cfg.Name], nil
+}

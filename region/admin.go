@@ -54,23 +54,17 @@ type Status struct {
 	PinsOwned        int               `json:"pinsOwned,omitempty"`
 }
 
-func (a *admin) aggLag() uint64 {
-	var lag uint64
-	for _, s := range a.r.aggStats() {
-		if s.Head > s.Position {
-			lag += s.Head - s.Position
-		}
-	}
-	return lag
-}
-
 // Status implements api.Admin.
 func (a *admin) Status(ctx context.Context) (any, error) {
 	wms, err := a.r.Backend.Watermarks(ctx)
 	if err != nil {
 		return nil, err
 	}
-	st := Status{Region: a.r.cfg.Name, Watermarks: map[string]string{}, AggregatorLag: a.aggLag(), Partitions: a.r.Backend.Partitions()}
+	lag, err := a.r.aggregatorLag(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st := Status{Region: a.r.cfg.Name, Watermarks: map[string]string{}, AggregatorLag: lag, Partitions: a.r.Backend.Partitions()}
 	for reg, t := range wms {
 		st.Watermarks[reg] = time.UnixMilli(t).UTC().Format(time.RFC3339Nano)
 	}
@@ -198,7 +192,9 @@ func (a *admin) relayLag(ctx context.Context) (uint64, error) {
 }
 
 func (a *admin) quiescent(ctx context.Context) error {
-	if lag := a.aggLag(); lag > 0 {
+	if lag, err := a.r.aggregatorLag(ctx); err != nil {
+		return err
+	} else if lag > 0 {
 		return fmt.Errorf("aggregators are %d events behind; heal only on a converged region", lag)
 	}
 	if a.r.cfg.Engines.Log == LogKafka {

@@ -395,6 +395,35 @@ func (r *Region) aggStats() []pipeline.Stats {
 	return g.Stats()
 }
 
+// aggregatorLag is how many committed log events the aggregators have not
+// folded yet, summed over partitions (on the store's log: head − position).
+// On Kafka the head also counts the relay's watermark heartbeats, which the
+// aggregators skip without moving their position, so the events past each
+// position are counted by reading them (up to lagProbe per partition, then
+// head − position as an upper bound).
+func (r *Region) aggregatorLag(ctx context.Context) (uint64, error) {
+	const lagProbe = 1000
+	var lag uint64
+	for p, s := range r.aggStats() {
+		if s.Head <= s.Position {
+			continue
+		}
+		if r.cfg.Engines.Log != LogKafka {
+			lag += s.Head - s.Position
+			continue
+		}
+		evs, head, err := r.aggLog.Read(ctx, uint32(p), s.Position, lagProbe)
+		if err != nil {
+			return 0, err
+		}
+		lag += uint64(len(evs))
+		if len(evs) == lagProbe && head.Pos > evs[len(evs)-1].Pos {
+			lag += head.Pos - evs[len(evs)-1].Pos
+		}
+	}
+	return lag, nil
+}
+
 // CellWrites is the number of cell writes the aggregators have committed
 // (one per touched cell per window): the write amplification of counting.
 func (r *Region) CellWrites() uint64 { return r.cellWrites.Load() }

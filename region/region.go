@@ -263,11 +263,11 @@ func (r *Region) registerPipelineMetrics() {
 			Name: "likes_aggregator_lag_events",
 			Help: "Committed log events not yet folded into cells, summed over partitions.",
 		}, func() float64 {
-			var lag uint64
-			for _, s := range r.aggStats() {
-				if s.Head > s.Position {
-					lag += s.Head - s.Position
-				}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			lag, err := r.aggregatorLag(ctx)
+			if err != nil {
+				return -1
 			}
 			return float64(lag)
 		}),

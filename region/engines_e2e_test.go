@@ -1,0 +1,483 @@
+package region
+
+// The end-to-end test of one region on the production engines: Cassandra
+// (edges, outbox, cells), Kafka (the committed log the aggregators read, fed
+// by the relay) and Redis (count cache, overlay, limiters), against the real
+// servers of scripts/servers.sh (`make test-engines` runs it). etcd is not
+// part of it: a region on Cassandra runs without a Cluster (Open refuses one),
+// so pins and leases on an external etcd are proven by epoch's contract suite
+// (epoch/epochtest against LIKES_TEST_ETCD_ENDPOINTS).
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"likes/auth"
+	"likes/store/cassandra"
+)
+
+// engineEnv names the real servers; ok is false (with the reason) when one is missing.
+type engineEnv struct {
+	cassandra []string
+	kafka     []string
+	redis     string
+}
+
+func realEngines(t testing.TB) engineEnv {
+	t.Helper()
+	e := engineEnv{
+		cassandra: cassandra.ParseHosts(os.Getenv("LIKES_TEST_CASSANDRA_HOSTS")),
+		kafka:     cassandra.ParseHosts(os.Getenv("LIKES_TEST_KAFKA_BROKERS")),
+		redis:     strings.TrimSpace(os.Getenv("LIKES_TEST_REDIS_ADDR")),
+	}
+	var missing []string
+	if len(e.cassandra) == 0 {
+		missing = append(missing, "LIKES_TEST_CASSANDRA_HOSTS")
+	}
+	if len(e.kafka) == 0 {
+		missing = append(missing, "LIKES_TEST_KAFKA_BROKERS")
+	}
+	if e.redis == "" {
+		missing = append(missing, "LIKES_TEST_REDIS_ADDR")
+	}
+	if len(missing) > 0 {
+		t.Skipf("%s not set: no real engines to run the region on (make test-engines starts them; "+
+			"or bash scripts/servers.sh up redis kafka cassandra && eval \"$(bash scripts/servers.sh env)\")", strings.Join(missing, ", "))
+	}
+	return e
+}
+
+// engineConfig migrates a fresh keyspace, names a fresh topic and Redis
+// prefix, and drops them when t ends.
+func engineConfig(t testing.TB, env engineEnv, name string) Engines {
+	t.Helper()
+	var rnd [4]byte
+	_, _ = crand.Read(rnd[:])
+	tag := hex.EncodeToString(rnd[:])
+	ks := "likes_e2e_" + name + "_" + tag
+	sess, err := cassandra.Connect(cassandra.SessionConfig{Hosts: env.cassandra, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	start := time.Now()
+	if _, err := cassandra.Migrate(ctx, sess, ks, ""); err != nil {
+		sess.Close()
+		t.Fatalf("migrate %s: %v", ks, err)
+	}
+	t.Logf("keyspace %s migrated in %v", ks, time.Since(start).Round(time.Millisecond))
+	topic := "likes-e2e." + name + "." + tag
+	t.Cleanup(func() {
+		defer sess.Close()
+		if os.Getenv("LIKES_TEST_CASSANDRA_KEEP") == "" {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := sess.Query("DROP KEYSPACE IF EXISTS " + ks).WithContext(ctx).Exec(); err != nil {
+				t.Logf("drop keyspace %s: %v", ks, err)
+			}
+		}
+		cl, err := kgo.NewClient(kgo.SeedBrokers(env.kafka...))
+		if err != nil {
+			return
+		}
+		defer cl.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if _, err := kadm.NewClient(cl).DeleteTopics(ctx, topic, topic+".dlq"); err != nil {
+			t.Logf("delete topics: %v", err)
+		}
+	})
+	return Engines{
+		Store:     StoreCassandra,
+		Cassandra: CassandraEngine{Hosts: env.cassandra, Keyspace: ks, Timeout: 20 * time.Second},
+		Log:       LogKafka,
+		Kafka:     KafkaEngine{Brokers: env.kafka, Topic: topic, PollInterval: 10 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond},
+		Cache:     CacheRedis,
+		Redis:     RedisEngine{Addr: env.redis, Prefix: "likes-e2e:" + tag + ":", Timeout: 500 * time.Millisecond},
+	}
+}
+
+var e2eSecret = []byte("engines-e2e-secret")
+
+// answer is a write's JSON answer.
+type answer struct {
+	Liked   bool `json:"liked"`
+	Changed bool `json:"changed"`
+}
+
+// e2eClient sends writes and retries each until it is acknowledged.
+type e2eClient struct {
+	t      *testing.T
+	base   string
+	http   *http.Client
+	tokens map[string]string
+	// Retried counts transient failures (429, 5xx, transport) retried with the same key.
+	retried atomic.Int64
+}
+
+type op struct {
+	item, user, key string
+	like            bool
+}
+
+// send sends op once: ok is false for a transient failure worth retrying.
+func (c *e2eClient) send(ctx context.Context, o op) (answer, bool, error) {
+	method, path := http.MethodPost, "/v1/items/"+url.PathEscape(o.item)+"/likes"
+	if !o.like {
+		method, path = http.MethodDelete, path+"/"+url.PathEscape(o.user)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, nil)
+	if err != nil {
+		return answer{}, false, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.tokens[o.user])
+	req.Header.Set("Idempotency-Key", o.key)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return answer{}, false, ctx.Err()
+		}
+		return answer{}, false, nil // transport failure: the write may or may not have happened
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		var a answer
+		if err := json.Unmarshal(body, &a); err != nil {
+			return answer{}, false, fmt.Errorf("answer %q: %v", body, err)
+		}
+		if a.Liked != o.like {
+			return answer{}, false, fmt.Errorf("%+v answered liked=%v", o, a.Liked)
+		}
+		return a, true, nil
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
+		return answer{}, false, nil
+	default:
+		return answer{}, false, fmt.Errorf("%+v: HTTP %d %s", o, resp.StatusCode, body)
+	}
+}
+
+// do sends op until acknowledged (the same key every time), within ctx.
+func (c *e2eClient) do(ctx context.Context, o op) (answer, error) {
+	for attempt := 0; ; attempt++ {
+		a, ok, err := c.send(ctx, o)
+		if err != nil {
+			return answer{}, err
+		}
+		if ok {
+			return a, nil
+		}
+		c.retried.Add(1)
+		select {
+		case <-ctx.Done():
+			return answer{}, fmt.Errorf("%+v not acknowledged after %d attempts: %w", o, attempt+1, ctx.Err())
+		case <-time.After(time.Duration(10+rand.IntN(40)) * time.Millisecond): // back off before a retry
+		}
+	}
+}
+
+func (c *e2eClient) getJSON(ctx context.Context, path string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: HTTP %d %s", path, resp.StatusCode, body)
+	}
+	return json.Unmarshal(body, out)
+}
+
+// TestEnginesEndToEnd: one region on Cassandra + Kafka + Redis takes
+// concurrent likes and unlikes through its HTTP API, with retries of the same
+// idempotency key (after transient failures, and stale retries of an earlier
+// write after a later one) and concurrent duplicates; its aggregator group and
+// its relay are killed mid-load and restarted. After convergence every item's
+// count == its LIKED edges == the model of acknowledged writes, its likers are
+// the model's, and reconciliation finds no mismatch.
+func TestEnginesEndToEnd(t *testing.T) {
+	env := realEngines(t)
+	engines := engineConfig(t, env, "one")
+	const (
+		users       = 16
+		items       = 5
+		opsPerUser  = 24
+		partitions  = 4
+		loadTimeout = 4 * time.Minute
+	)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	ctx := context.Background()
+	r, err := Open(ctx, Config{
+		Name: "us", Partitions: partitions, Window: 100 * time.Millisecond, Secret: e2eSecret,
+		UserRate: 500, Engines: engines, Logger: logger,
+	})
+	if err != nil {
+		t.Fatalf("Open on the engines: %v", err)
+	}
+	srv := httptest.NewServer(r.API)
+	defer func() {
+		srv.Close()
+		if err := r.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}()
+	if r.Store != nil || r.Cassandra == nil || r.Relay == nil || r.KafkaLog == nil || r.Redis == nil {
+		t.Fatalf("engines not wired: Store %v Cassandra %v Relay %v KafkaLog %v Redis %v", r.Store, r.Cassandra, r.Relay, r.KafkaLog, r.Redis)
+	}
+
+	c := &e2eClient{t: t, base: srv.URL, http: &http.Client{Timeout: 30 * time.Second}, tokens: map[string]string{}}
+	userIDs := make([]string, users)
+	for i := range userIDs {
+		userIDs[i] = fmt.Sprintf("u%02d", i)
+		tok, err := auth.Sign(e2eSecret, userIDs[i], false, time.Hour, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.tokens[userIDs[i]] = tok
+	}
+	adminTok, err := auth.Sign(e2eSecret, "operator", true, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	itemIDs := make([]string, items)
+	for i := range itemIDs {
+		itemIDs[i] = fmt.Sprintf("item-%d", i)
+	}
+
+	// The model: each user's writes are sequential and each is retried until
+	// acknowledged, so an edge's state is the target of the user's last
+	// acknowledged write on it. Stale retries must replay, never re-apply.
+	var (
+		mu    sync.Mutex
+		model = map[[2]string]bool{} // (item, user) → liked
+	)
+	var done, dups, stale atomic.Int64
+	loadCtx, cancelLoad := context.WithTimeout(ctx, loadTimeout)
+	defer cancelLoad()
+	errc := make(chan error, users)
+	var wg sync.WaitGroup
+	for ui, user := range userIDs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(ui), 7))
+			var prev *op
+			var prevAns answer
+			for n := range opsPerUser {
+				o := op{item: itemIDs[rng.IntN(items)], user: user, key: fmt.Sprintf("%s-k%d", user, n), like: rng.IntN(3) > 0}
+				var a answer
+				var err error
+				if rng.IntN(4) == 0 {
+					// A concurrent duplicate: the same request twice at once.
+					dups.Add(1)
+					var a2 answer
+					var err2 error
+					var dw sync.WaitGroup
+					dw.Add(1)
+					go func() { defer dw.Done(); a2, err2 = c.do(loadCtx, o) }()
+					a, err = c.do(loadCtx, o)
+					dw.Wait()
+					if err == nil && err2 == nil && a != a2 {
+						err = fmt.Errorf("duplicates of %+v answered %+v and %+v", o, a, a2)
+					} else if err == nil {
+						err = err2
+					}
+				} else {
+					a, err = c.do(loadCtx, o)
+				}
+				if err != nil {
+					errc <- err
+					return
+				}
+				mu.Lock()
+				model[[2]string{o.item, o.user}] = o.like
+				mu.Unlock()
+				if prev != nil && rng.IntN(5) == 0 {
+					// A stale retry of the previous write (its 200 "lost"):
+					// it replays the recorded answer and changes nothing.
+					stale.Add(1)
+					sa, err := c.do(loadCtx, *prev)
+					if err != nil {
+						errc <- err
+						return
+					}
+					if sa != prevAns {
+						errc <- fmt.Errorf("stale retry of %+v answered %+v, first answer %+v", *prev, sa, prevAns)
+						return
+					}
+				}
+				p := o
+				prev, prevAns = &p, a
+				done.Add(1)
+			}
+		}()
+	}
+
+	// Kill the aggregators and the relay mid-load, restart them later.
+	total := int64(users * opsPerUser)
+	waitProgress := func(what string, n int64) {
+		t.Helper()
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for done.Load() < n {
+			select {
+			case <-loadCtx.Done():
+				t.Fatalf("load did not reach %d writes (%s) in time: %d done", n, what, done.Load())
+			case err := <-errc:
+				t.Fatal(err)
+			case <-tick.C:
+			}
+		}
+	}
+	waitProgress("first kill", total/5)
+	r.stopAggregators()
+	r.stopRelay()
+	t.Logf("killed the aggregators and the relay at %d/%d writes", done.Load(), total)
+	waitProgress("first restart", 2*total/5)
+	if err := r.startRelay(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.startAggregators(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("restarted them at %d/%d writes", done.Load(), total)
+	waitProgress("second kill", 3*total/5)
+	r.stopRelay()
+	r.stopAggregators()
+	if err := r.startAggregators(ctx); err != nil { // the aggregators catch up on Kafka while the relay is down
+		t.Fatal(err)
+	}
+	waitProgress("second restart", 4*total/5)
+	if err := r.startRelay(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed and restarted both again by %d/%d writes", done.Load(), total)
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	t.Logf("load done: %d writes acknowledged, %d concurrent duplicates, %d stale retries, %d transient failures retried",
+		done.Load(), dups.Load(), stale.Load(), c.retried.Load())
+
+	want := map[string]int64{}
+	likers := map[string][]string{}
+	for k, liked := range model {
+		if liked {
+			want[k[0]]++
+			likers[k[0]] = append(likers[k[0]], k[1])
+		}
+	}
+
+	// Convergence: every count through the API equals the model.
+	deadline := time.Now().Add(3 * time.Minute)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for _, item := range itemIDs {
+		var last string
+		for {
+			var cnt struct {
+				Count int64 `json:"count"`
+			}
+			err := c.getJSON(ctx, "/v1/items/"+item+"/count", &cnt)
+			if err == nil && cnt.Count == want[item] {
+				break
+			}
+			last = fmt.Sprintf("count %d, want %d (err %v)", cnt.Count, want[item], err)
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not converge: %s; aggregators %+v", item, last, r.aggStats())
+			}
+			<-tick.C
+		}
+	}
+	// Converged: every event published and folded. Now the store agrees: Σ
+	// cells == LIKED edges == model, per item, and the likers are the model's.
+	for _, item := range itemIDs {
+		rc, err := r.recount(ctx, item)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rc.Liked != want[item] || rc.Cells != want[item] {
+			t.Errorf("%s: LIKED edges %d, Σ cells %d, model %d", item, rc.Liked, rc.Cells, want[item])
+		}
+		var page struct {
+			UserIDs []string `json:"userIds"`
+		}
+		if err := c.getJSON(ctx, "/v1/items/"+item+"/likes?limit=500", &page); err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(page.UserIDs)
+		slices.Sort(likers[item])
+		if !slices.Equal(page.UserIDs, likers[item]) {
+			t.Errorf("%s: likers %v, model %v", item, page.UserIDs, likers[item])
+		}
+	}
+	// Reconciliation through the admin endpoint (Cassandra's RecountItem and
+	// Items; heal checks that the relay and the aggregators have no lag):
+	// every item checked, none mismatched.
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/admin/reconcile", strings.NewReader(`{"heal":true}`))
+	req.Header.Set("Authorization", "Bearer "+adminTok)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var rep ReconcileReport
+	if resp.StatusCode != 200 || json.Unmarshal(body, &rep) != nil {
+		t.Fatalf("reconcile: HTTP %d %s", resp.StatusCode, body)
+	}
+	if rep.Items < len(want) || len(rep.Mismatched) != 0 || rep.Healed != 0 {
+		t.Errorf("reconcile: %s", body)
+	}
+	req, _ = http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1/admin/status", nil)
+	req.Header.Set("Authorization", "Bearer "+adminTok)
+	if resp, err = c.http.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var st Status
+	if resp.StatusCode != 200 || json.Unmarshal(body, &st) != nil || st.RelayLag == nil || *st.RelayLag != 0 ||
+		st.AggregatorLag != 0 || !strings.Contains(st.Engines, "store=cassandra") {
+		t.Errorf("status: HTTP %d %s", resp.StatusCode, body)
+	}
+	var relayed, polled uint64
+	for _, s := range r.Relay.Stats() {
+		relayed += s.Events
+	}
+	for _, s := range r.aggStats() {
+		polled += s.Events
+	}
+	t.Logf("converged: counts %v; last relay published %d events, last aggregator group folded %d, cell writes %d",
+		want, relayed, polled, r.CellWrites())
+}

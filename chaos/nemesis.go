@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"likes/chaos/proxy"
+	"likes/epoch"
 )
 
 // Nemesis kinds.
@@ -355,7 +356,7 @@ func (n *Nemesis) movePins(ctx context.Context, e Episode) (string, error) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if e.Drain {
-		moved, err := dir.Drain(cctx, e.Region, e.Target, cfg.NotBefore(time.Now()))
+		moved, err := dir.Drain(cctx, e.Region, e.Target, cfg.NotBefore(time.Now()), epoch.Planned())
 		n.mu.Lock()
 		for _, p := range moved {
 			n.planned[PlannedMove{p.Range, p.Epoch}] = true
@@ -387,7 +388,7 @@ func (n *Nemesis) movePins(ctx context.Context, e Episode) (string, error) {
 		if p.Region != from || len(moved) >= 8 {
 			continue
 		}
-		np, err := dir.Move(cctx, p.Range, p.Epoch, e.Target, cfg.NotBefore(time.Now()))
+		np, err := dir.Move(cctx, p.Range, p.Epoch, e.Target, cfg.NotBefore(time.Now()), epoch.Planned())
 		if err != nil {
 			continue // a concurrent failover won; fine
 		}

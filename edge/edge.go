@@ -52,7 +52,11 @@ const (
 	KindRecord     Kind = 5 // an idempotency record of a no-op write, carried for replication only
 	KindPurge      Kind = 6 // an erased user's records and index were purged (replication only)
 	KindReconcile  Kind = 7 // a reconciliation heal of an item's count (User is empty)
+	KindErasing    Kind = 8 // an account erasure started at the user's home (replication only)
 )
+
+// LastKind is the highest event kind; kinds in [KindFlip, LastKind] are valid.
+const LastKind = KindErasing
 
 // Counted reports whether events of this kind contribute deltas to cells.
 func (k Kind) Counted() bool {
@@ -75,6 +79,8 @@ func (k Kind) String() string {
 		return "purge"
 	case KindReconcile:
 		return "reconcile"
+	case KindErasing:
+		return "erasing"
 	}
 	return "kind(" + strconv.Itoa(int(k)) + ")"
 }

@@ -26,6 +26,11 @@ type ErasureJob struct {
 	StartedAt  int64  `json:"startedAtMs"`
 	FinishedAt int64  `json:"finishedAtMs,omitempty"`
 	Cursor     string `json:"-"` // last item processed
+	// Remote marks a replica of a job another region runs (the user's home
+	// when the erasure started): it blocks the user's writes here, and this
+	// region's Eraser leaves it to its origin unless Start is called here
+	// (the user's range moved here and the request was repeated).
+	Remote bool `json:"remote,omitempty"`
 }
 
 // JobStore persists erasure jobs. PutErasure of a new job must be ordered with
@@ -85,7 +90,8 @@ func NewEraser(ctx context.Context, cfg EraserConfig) (*Eraser, error) {
 	return e, nil
 }
 
-// Start begins erasing user (idempotent: an existing job is returned as is).
+// Start begins erasing user (idempotent: an existing job is returned as is,
+// except that a Remote replica of another region's running job is taken over).
 // Small users finish before Start returns.
 func (e *Eraser) Start(ctx context.Context, user string) (ErasureJob, error) {
 	e.mu.Lock()
@@ -94,8 +100,11 @@ func (e *Eraser) Start(ctx context.Context, user string) (ErasureJob, error) {
 		e.mu.Unlock()
 		return ErasureJob{}, err
 	}
-	if !ok {
-		j = ErasureJob{User: user, State: ErasureRunning, StartedAt: e.cfg.Clock.Now().UnixMilli()}
+	if !ok || (j.Remote && j.State == ErasureRunning) {
+		if !ok {
+			j = ErasureJob{User: user, State: ErasureRunning, StartedAt: e.cfg.Clock.Now().UnixMilli()}
+		}
+		j.Remote = false
 		if err := e.cfg.Jobs.PutErasure(ctx, j); err != nil {
 			e.mu.Unlock()
 			return ErasureJob{}, err
@@ -192,12 +201,12 @@ func (e *Eraser) runOnce(ctx context.Context) {
 	}
 	budget := e.cfg.Rate
 	for _, j := range jobs {
-		if j.State != ErasureRunning || budget <= 0 || ctx.Err() != nil {
+		if j.State != ErasureRunning || j.Remote || budget <= 0 || ctx.Err() != nil {
 			continue
 		}
 		e.mu.Lock() // re-read under the lock: Start may have advanced the job
 		cur, ok, err := e.cfg.Jobs.Erasure(ctx, j.User)
-		if err == nil && ok && cur.State == ErasureRunning {
+		if err == nil && ok && cur.State == ErasureRunning && !cur.Remote {
 			n := cur.Edges
 			cur, err = e.step(ctx, cur, budget)
 			budget -= cur.Edges - n

@@ -25,10 +25,10 @@ type RemoteResult struct {
 // arriving version owes a correction, so that the contributions of all regions'
 // writes telescope to the final state exactly once. Applying the same event twice
 // is a no-op the second time. Events that carry no edge version (corrections,
-// purges) change nothing here.
+// purges, erasure starts, reconciliations) change nothing here.
 func ApplyRemote(local Edge, bs crdt.Branches, ev Event) RemoteResult {
 	res := RemoteResult{Edge: local, Branches: bs}
-	if ev.Kind == KindCorrection || ev.Kind == KindPurge || ev.Kind == KindReconcile {
+	if ev.Kind == KindCorrection || ev.Kind == KindPurge || ev.Kind == KindReconcile || ev.Kind == KindErasing {
 		return res
 	}
 	remote := crdt.Register{Version: ev.Version, State: ev.State}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"likes/clock"
@@ -96,6 +97,9 @@ type ServiceConfig struct {
 // Service is the write path and the actor's button read.
 type Service struct {
 	cfg ServiceConfig
+	// writes is held shared from Authorize to the store's answer of every
+	// local write, and exclusively by Quiesce.
+	writes sync.RWMutex
 }
 
 // NewService validates cfg and fills defaults.
@@ -160,6 +164,8 @@ func (s *Service) apply(ctx context.Context, req Request) (Answer, error) {
 // ApplyLocal performs req in this region without forwarding: the handler of
 // forwarded writes calls it, so a stale pin can never bounce a write around.
 func (s *Service) ApplyLocal(ctx context.Context, req Request) (ForwardResult, error) {
+	s.writes.RLock()
+	defer s.writes.RUnlock()
 	epoch, err := s.cfg.Authority.Authorize(ctx, req.User)
 	if err != nil {
 		return ForwardResult{}, err
@@ -180,6 +186,26 @@ func (s *Service) ApplyLocal(ctx context.Context, req Request) (ForwardResult, e
 	// For a replay, State/Version are the edge as it is now, so the overlay never
 	// shows a stale replayed state.
 	return ForwardResult{Answer: d.Answer, State: d.Edge.State, Version: d.Edge.Version}, nil
+}
+
+// Quiesce returns once every local write authorized before the call has
+// reached the store (committed or failed). A region that has seen a pin move
+// away calls it before reporting its log heads to the new owner (the planned
+// move's barrier): no write authorized under the old epoch can land after
+// those heads. Writes wait while Quiesce holds the lock, briefly.
+func (s *Service) Quiesce(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		s.writes.Lock()
+		close(done)
+		s.writes.Unlock()
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Liked is the actor's button: the overlay layered over the local edge replica,

@@ -136,6 +136,31 @@ func (a *Authority) Pins() []Pin {
 	return out
 }
 
+// CatchingUp lists the pins naming this region that wait for it to catch up
+// after a planned move (Pin.CatchUp), by range.
+func (a *Authority) CatchingUp() []Pin {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	var out []Pin
+	for i := range a.table {
+		if p := a.pinLocked(uint32(i)); p.Region == a.cfg.Self && p.CatchUp {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Seen reports whether this region's table holds range rng at epoch or later:
+// once it does, Authorize refuses that range's writes under older epochs.
+func (a *Authority) Seen(rng uint32, epoch uint64) bool {
+	if int(rng) >= len(a.table) {
+		return false
+	}
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.pinLocked(rng).Epoch >= epoch
+}
+
 // WaitSynced waits for the first full read of the pins.
 func (a *Authority) WaitSynced(ctx context.Context) error {
 	select {

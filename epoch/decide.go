@@ -15,6 +15,13 @@ type Pin struct {
 	Epoch uint64
 	// NotBefore is when the owner may start writing (zero: at once).
 	NotBefore time.Time
+	// CatchUp marks a planned move (DESIGN section 5) whose new owner has not
+	// yet caught up on the other live regions' logs: it may not write the
+	// range until it has, and then clears the flag itself (Directory.Settle).
+	// An unplanned failover never sets it.
+	CatchUp bool
+	// From is the region the range was moved from (informational).
+	From string
 }
 
 // NotOwnerError says another region holds the range. It matches
@@ -52,8 +59,8 @@ func (e *FailClosedError) Error() string {
 func (e *FailClosedError) Unwrap() error { return edge.ErrFailClosed }
 
 // Decide is the write-authority rule, without I/O. Region self may write pin's
-// range at now, under the returned epoch, only if the pin names self, its
-// notBefore has passed, and lastKeepalive (the send time of the last successful
+// range at now, under the returned epoch, only if the pin names self, it is
+// not catching up after a planned move, its notBefore has passed, and lastKeepalive (the send time of the last successful
 // lease keepalive; Authority passes the older of that and the last confirmation
 // of its pin table) is younger than ttl − margin. Otherwise it returns *NotOwnerError (another region is pinned)
 // or *FailClosedError (no pin, not yet, or no fresh proof).
@@ -63,6 +70,9 @@ func Decide(pin Pin, self string, now, lastKeepalive time.Time, ttl, margin time
 	}
 	if pin.Region != self {
 		return 0, &NotOwnerError{Owner: pin.Region, Range: pin.Range, Epoch: pin.Epoch}
+	}
+	if pin.CatchUp {
+		return 0, &FailClosedError{Range: pin.Range, Reason: fmt.Sprintf("epoch %d is a planned move from %q still catching up on the other regions' logs", pin.Epoch, pin.From)}
 	}
 	if now.Before(pin.NotBefore) {
 		return 0, &FailClosedError{Range: pin.Range, Reason: fmt.Sprintf("epoch %d starts in %v", pin.Epoch, pin.NotBefore.Sub(now))}

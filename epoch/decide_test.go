@@ -41,6 +41,8 @@ func TestDecide(t *testing.T) {
 		{"no pin", epoch.Pin{Range: 7}, "a", t0, t0, ttl, failClosed},
 		{"epoch 0", epoch.Pin{Range: 7, Region: "a"}, "a", t0, t0, ttl, failClosed},
 		{"margin >= ttl", pin, "a", t0, t0, margin, failClosed},
+		{"planned move catching up", epoch.Pin{Range: 7, Region: "a", Epoch: 3, CatchUp: true, From: "b"}, "a", t0, t0, ttl, failClosed},
+		{"other region catching up", epoch.Pin{Range: 7, Region: "a", Epoch: 3, CatchUp: true, From: "b"}, "b", t0, t0, ttl, notOwner},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -29,10 +29,12 @@ type pinValue struct {
 	Region      string `json:"region"`
 	Epoch       uint64 `json:"epoch"`
 	NotBeforeMs int64  `json:"notBeforeMs"`
+	CatchUp     bool   `json:"catchUp,omitempty"`
+	From        string `json:"from,omitempty"`
 }
 
 func encodePin(p Pin) string {
-	v := pinValue{Region: p.Region, Epoch: p.Epoch}
+	v := pinValue{Region: p.Region, Epoch: p.Epoch, CatchUp: p.CatchUp, From: p.From}
 	if !p.NotBefore.IsZero() {
 		v.NotBeforeMs = p.NotBefore.UnixMilli()
 	}
@@ -48,7 +50,7 @@ func decodePin(rng uint32, b []byte) (Pin, error) {
 	if v.Region == "" || v.Epoch == 0 {
 		return Pin{}, fmt.Errorf("epoch: pin %d: incomplete value %s", rng, b)
 	}
-	p := Pin{Range: rng, Region: v.Region, Epoch: v.Epoch}
+	p := Pin{Range: rng, Region: v.Region, Epoch: v.Epoch, CatchUp: v.CatchUp, From: v.From}
 	if v.NotBeforeMs != 0 {
 		p.NotBefore = time.UnixMilli(v.NotBeforeMs)
 	}
@@ -225,13 +227,30 @@ func (d *Directory) Pin(ctx context.Context, rng uint32) (Pin, error) {
 	return decodePin(rng, resp.Kvs[0].Value)
 }
 
+// MoveOption changes how Move and Drain move a pin.
+type MoveOption func(*moveOptions)
+
+type moveOptions struct{ planned bool }
+
+// Planned makes the move a planned one (DESIGN section 5): the new pin has
+// CatchUp set, so the new owner starts writing only after it has caught up on
+// the logs of every live region (the old owner's tail included) and settled
+// the pin. Without it a move is unplanned, as a failover is: the new owner
+// starts at notBefore, and an unreplicated tail of the old owner is merged
+// late through branch corrections.
+func Planned() MoveOption { return func(o *moveOptions) { o.planned = true } }
+
 // Move pins range rng to region to at epoch expectEpoch+1 with the given
 // notBefore (normally Config.NotBefore(now)), in one etcd transaction that
 // only applies if the stored pin is the one read at expectEpoch (compared by
 // its mod revision, which pins the exact value and so its epoch). It returns
 // the new pin, or an error wrapping ErrEpochChanged when the stored epoch is
 // not expectEpoch (another move won).
-func (d *Directory) Move(ctx context.Context, rng uint32, expectEpoch uint64, to string, notBefore time.Time) (Pin, error) {
+func (d *Directory) Move(ctx context.Context, rng uint32, expectEpoch uint64, to string, notBefore time.Time, opts ...MoveOption) (Pin, error) {
+	var o moveOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if err := validRegion(to); err != nil {
 		return Pin{}, err
 	}
@@ -262,7 +281,7 @@ func (d *Directory) Move(ctx context.Context, rng uint32, expectEpoch uint64, to
 		if cur.NotBefore.After(start) {
 			start = cur.NotBefore
 		}
-		next := Pin{Range: rng, Region: to, Epoch: expectEpoch + 1, NotBefore: start}
+		next := Pin{Range: rng, Region: to, Epoch: expectEpoch + 1, NotBefore: start, CatchUp: o.planned, From: cur.Region}
 		tr, err := d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
 			Then(clientv3.OpPut(key, encodePin(next))).
@@ -285,7 +304,7 @@ func (d *Directory) Move(ctx context.Context, rng uint32, expectEpoch uint64, to
 // (the old owner may write until TTL − Margin after it). A range moved
 // concurrently by someone else is re-read and skipped if it left from. It
 // returns the pins it moved.
-func (d *Directory) Drain(ctx context.Context, from, to string, notBefore time.Time) ([]Pin, error) {
+func (d *Directory) Drain(ctx context.Context, from, to string, notBefore time.Time, opts ...MoveOption) ([]Pin, error) {
 	if from == to {
 		return nil, fmt.Errorf("epoch: drain from %q to itself", from)
 	}
@@ -300,7 +319,7 @@ func (d *Directory) Drain(ctx context.Context, from, to string, notBefore time.T
 			if floor := d.cfg.NotBefore(time.Now()); nb.Before(floor) {
 				nb = floor
 			}
-			np, err := d.Move(ctx, p.Range, p.Epoch, to, nb)
+			np, err := d.Move(ctx, p.Range, p.Epoch, to, nb, opts...)
 			if err == nil {
 				moved = append(moved, np)
 				break
@@ -312,6 +331,48 @@ func (d *Directory) Drain(ctx context.Context, from, to string, notBefore time.T
 		}
 	}
 	return moved, nil
+}
+
+// Settle clears CatchUp on range rng's pin if it is still at epoch: the new
+// owner of a planned move calls it once it has caught up on every live
+// region's log. It returns the pin as stored afterwards; a pin that moved on
+// (another epoch) is left alone and returned with ErrEpochChanged.
+func (d *Directory) Settle(ctx context.Context, rng uint32, epoch uint64) (Pin, error) {
+	if int(rng) >= d.cfg.Ranges {
+		return Pin{}, fmt.Errorf("epoch: range %d out of [0, %d)", rng, d.cfg.Ranges)
+	}
+	key := d.cfg.pinKey(rng)
+	for {
+		resp, err := d.cli.Get(ctx, key)
+		if err != nil {
+			return Pin{}, fmt.Errorf("epoch: settle range %d: %w", rng, err)
+		}
+		if len(resp.Kvs) == 0 {
+			return Pin{}, fmt.Errorf("%w %d", ErrNoPin, rng)
+		}
+		kv := resp.Kvs[0]
+		cur, err := decodePin(rng, kv.Value)
+		if err != nil {
+			return Pin{}, err
+		}
+		if cur.Epoch != epoch {
+			return cur, fmt.Errorf("%w: range %d is at epoch %d, not %d", ErrEpochChanged, rng, cur.Epoch, epoch)
+		}
+		if !cur.CatchUp {
+			return cur, nil
+		}
+		next := cur
+		next.CatchUp = false
+		tr, err := d.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
+			Then(clientv3.OpPut(key, encodePin(next))).Commit()
+		if err != nil {
+			return Pin{}, fmt.Errorf("epoch: settle range %d: %w", rng, err)
+		}
+		if tr.Succeeded {
+			return next, nil
+		}
+	}
 }
 
 // Regions lists the live regions: those whose lease key exists.

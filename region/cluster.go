@@ -79,6 +79,8 @@ type clusterParts struct {
 	transport  *replication.GRPCTransport
 	shipper    *replication.Shipper
 	forwarder  *api.Forwarder
+	catchUp    *catchUp
+	svc        *edge.Service // set by serve, before the gRPC server starts
 	serving    bool
 	once       sync.Once
 }
@@ -98,11 +100,11 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 		p.close()
 		return nil, err
 	}
+	dir, err := epoch.NewDirectory(c.Etcd, ecfg)
+	if err != nil {
+		return fail(err)
+	}
 	if len(c.Regions) > 0 {
-		dir, err := epoch.NewDirectory(c.Etcd, ecfg)
-		if err != nil {
-			return fail(err)
-		}
 		if err := dir.Init(ctx, ecfg.Ranges, c.Regions); err != nil {
 			return fail(fmt.Errorf("region %s: init pins: %w", name, err))
 		}
@@ -143,7 +145,10 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 	}
 
 	p.grpcSrv = grpc.NewServer(replication.ServerOptions()...)
-	rs, err := replication.NewServer(replication.ServerConfig{Region: name, Partitions: st.Partitions(), Sink: st, Logger: log})
+	rs, err := replication.NewServer(replication.ServerConfig{
+		Region: name, Partitions: st.Partitions(), Sink: st, Logger: log,
+		Fencer: &fencer{pins: p.authority, service: func() *edge.Service { return p.svc }, log: sourceHeads{st}},
+	})
 	if err != nil {
 		return fail(err)
 	}
@@ -173,11 +178,16 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 		return fail(err)
 	}
 	p.forwarder = api.NewForwarder(p.resolve)
+	p.catchUp = startCatchUp(catchUpConfig{
+		Self: name, Partitions: st.Partitions(), Pins: p.authority, Dir: dir, Cursors: st,
+		Asker: p.transport, Resolve: p.resolve, Clock: clk, Logger: log,
+	})
 	return p, nil
 }
 
 // serve registers the forwarding service for svc and starts the gRPC server.
 func (p *clusterParts) serve(svc *edge.Service) {
+	p.svc = svc
 	api.RegisterForward(p.grpcSrv, svc)
 	p.serving = true
 	go func() {
@@ -201,6 +211,9 @@ func (p *clusterParts) resolve(region string) (string, bool) {
 
 func (p *clusterParts) close() {
 	p.once.Do(func() {
+		if p.catchUp != nil {
+			p.catchUp.Close()
+		}
 		if p.shipper != nil {
 			_ = p.shipper.Close()
 		}

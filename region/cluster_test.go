@@ -398,7 +398,7 @@ func testTriPinMove(t *testing.T, c *triCluster, users []string) {
 	// notBefore >= its own move + TTL + MaxSkew, or eu could start while us
 	// may still write (its proof lasts TTL − Margin after the move).
 	start := time.Now()
-	moved, err := c.dir.Drain(ctx, "us", "eu", start.Add(-time.Second))
+	moved, err := c.dir.Drain(ctx, "us", "eu", start.Add(-time.Second), epoch.Planned())
 	if err != nil {
 		t.Fatalf("drain: %v", err)
 	}
@@ -426,6 +426,16 @@ func testTriPinMove(t *testing.T, c *triCluster, users []string) {
 	}
 	c.poll(t, 20*time.Second, "a write to a moved range to be acknowledged after its notBefore", func() (bool, string) {
 		return movedAfterNB.Load(), fmt.Sprintf("%d acks, %d not_authoritative, now %v", acks.Load(), notAuth.Load(), time.Now())
+	})
+	// The drain was planned: eu settled every moved pin (caught up on us's and
+	// ap's logs) before writing it.
+	c.poll(t, 20*time.Second, "eu to settle the planned moves", func() (bool, string) {
+		for _, p := range c.mustPins(t) {
+			if fromRanges[p.Range] && (p.CatchUp || p.Region != "eu") {
+				return false, fmt.Sprintf("range %d: %+v", p.Range, p)
+			}
+		}
+		return true, ""
 	})
 	stop.Store(true)
 	wg.Wait()

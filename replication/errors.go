@@ -8,6 +8,10 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// ErrPinNotSeen is wrapped by a Fencer that has not yet seen a pin it was asked
+// about; the server answers codes.Unavailable, which IsRetryable accepts.
+var ErrPinNotSeen = errors.New("replication: pin not seen yet")
+
 // IsRetryable is this package's one classifier of push and digest errors: true
 // when the same request may succeed later without anyone changing anything
 // (the peer is down or restarting, the call timed out, the peer or the message

@@ -23,6 +23,7 @@ const (
 	serviceName   = "likes.replication.v1.Replication"
 	methodPush    = "/" + serviceName + "/Push"
 	methodDigest  = "/" + serviceName + "/Digest"
+	methodHeads   = "/" + serviceName + "/Heads"
 	maxMsgDefault = 64 << 20
 )
 
@@ -45,12 +46,21 @@ type (
 		V int
 		DigestResponse
 	}
+	headsRequest struct {
+		V int
+		HeadsRequest
+	}
+	headsResponse struct {
+		V int
+		HeadsResponse
+	}
 )
 
 // replicationHandler is what serviceDesc dispatches to (*Server implements it).
 type replicationHandler interface {
 	handlePush(context.Context, *pushRequest) (*pushResponse, error)
 	handleDigest(context.Context, *digestRequest) (*digestResponse, error)
+	handleHeads(context.Context, *headsRequest) (*headsResponse, error)
 }
 
 var serviceDesc = grpc.ServiceDesc{
@@ -59,6 +69,7 @@ var serviceDesc = grpc.ServiceDesc{
 	Methods: []grpc.MethodDesc{
 		{MethodName: "Push", Handler: pushHandler},
 		{MethodName: "Digest", Handler: digestHandler},
+		{MethodName: "Heads", Handler: headsHandler},
 	},
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "likes/replication/v1",
@@ -94,6 +105,21 @@ func digestHandler(srv any, ctx context.Context, dec func(any) error, intercepto
 	})
 }
 
+func headsHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	in := new(headsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	h := srv.(replicationHandler)
+	if interceptor == nil {
+		return h.handleHeads(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: methodHeads}
+	return interceptor(ctx, in, info, func(ctx context.Context, req any) (any, error) {
+		return h.handleHeads(ctx, req.(*headsRequest))
+	})
+}
+
 func checkVersion(v int) error {
 	if v != ProtocolVersion {
 		return status.Errorf(codes.FailedPrecondition,
@@ -122,6 +148,17 @@ func (s *Server) handleDigest(ctx context.Context, in *digestRequest) (*digestRe
 		return nil, err
 	}
 	return &digestResponse{V: ProtocolVersion, DigestResponse: resp}, nil
+}
+
+func (s *Server) handleHeads(ctx context.Context, in *headsRequest) (*headsResponse, error) {
+	if err := checkVersion(in.V); err != nil {
+		return nil, err
+	}
+	resp, err := s.Heads(ctx, in.HeadsRequest)
+	if err != nil {
+		return nil, err
+	}
+	return &headsResponse{V: ProtocolVersion, HeadsResponse: resp}, nil
 }
 
 // ServerOptions are the options the *grpc.Server hosting a Server must be
@@ -266,6 +303,23 @@ func (t *GRPCTransport) Digest(ctx context.Context, peer Peer, req DigestRequest
 		return DigestResponse{}, err
 	}
 	return out.DigestResponse, nil
+}
+
+// Heads asks peer for its own-log heads on behalf of a planned move's new
+// owner (see Fencer).
+func (t *GRPCTransport) Heads(ctx context.Context, peer Peer, req HeadsRequest) (HeadsResponse, error) {
+	cc, err := t.conn(peer.GRPCAddr)
+	if err != nil {
+		return HeadsResponse{}, err
+	}
+	var out headsResponse
+	if err := cc.Invoke(ctx, methodHeads, &headsRequest{V: ProtocolVersion, HeadsRequest: req}, &out); err != nil {
+		return HeadsResponse{}, err
+	}
+	if err := checkVersion(out.V); err != nil {
+		return HeadsResponse{}, err
+	}
+	return out.HeadsResponse, nil
 }
 
 // BytesSent is the number of encoded bytes sent to addr so far (retries included).

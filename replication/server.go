@@ -22,6 +22,9 @@ type ServerConfig struct {
 	Partitions int
 	// Sink applies what peers push. Required.
 	Sink Sink
+	// Fencer answers Heads (the planned-move barrier). Nil: Heads answers
+	// codes.Unimplemented.
+	Fencer Fencer
 	// Logger receives refusals and store errors. Default: discard.
 	Logger *slog.Logger
 }
@@ -216,6 +219,31 @@ func (s *Server) Digest(ctx context.Context, req DigestRequest) (DigestResponse,
 		return DigestResponse{}, sinkError(ctx, "cursor", err)
 	}
 	return DigestResponse{Mismatched: theirs.Mismatched(&local), Cursor: normalize(cur, s.cfg.Partitions)}, nil
+}
+
+// Heads answers a planned move's new owner with this region's own-log heads
+// (see Fencer).
+func (s *Server) Heads(ctx context.Context, req HeadsRequest) (HeadsResponse, error) {
+	if err := s.checkPeer(req.From, req.Partitions); err != nil {
+		return HeadsResponse{}, err
+	}
+	if s.cfg.Fencer == nil {
+		return HeadsResponse{}, status.Errorf(codes.Unimplemented, "replication: region %q answers no heads", s.cfg.Region)
+	}
+	heads, err := s.cfg.Fencer.Heads(ctx, req.Pins)
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return HeadsResponse{}, status.FromContextError(ctx.Err()).Err()
+	case errors.Is(err, ErrPinNotSeen):
+		return HeadsResponse{}, status.Errorf(codes.Unavailable, "%v", err)
+	default:
+		return HeadsResponse{}, sinkError(ctx, "heads", err)
+	}
+	if len(heads) != s.cfg.Partitions {
+		return HeadsResponse{}, status.Errorf(codes.Internal, "replication: fencer returned %d heads for %d partitions", len(heads), s.cfg.Partitions)
+	}
+	return HeadsResponse{Log: heads}, nil
 }
 
 // normalize returns c with exactly n log positions (a Sink that has never

@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -180,5 +181,52 @@ func TestIsRetryable(t *testing.T) {
 	}
 	if !IsRetryable(context.DeadlineExceeded) || IsRetryable(context.Canceled) || IsRetryable(nil) {
 		t.Error("context errors misclassified")
+	}
+}
+
+type fakeFencer struct {
+	seen  map[PinRef]bool
+	heads []uint64
+}
+
+var _ Fencer = (*fakeFencer)(nil)
+
+func (f *fakeFencer) Heads(_ context.Context, pins []PinRef) ([]uint64, error) {
+	for _, p := range pins {
+		if !f.seen[p] {
+			return nil, fmt.Errorf("range %d epoch %d: %w", p.Range, p.Epoch, ErrPinNotSeen)
+		}
+	}
+	return f.heads, nil
+}
+
+// Heads over gRPC: "not seen yet" is retryable, a region without a Fencer
+// says Unimplemented, and the heads come back per partition.
+func TestHeadsOverGRPC(t *testing.T) {
+	ctx := context.Background()
+	f := &fakeFencer{seen: map[PinRef]bool{{Range: 3, Epoch: 2}: true}, heads: []uint64{7, 9}}
+	srv, err := NewServer(ServerConfig{Region: "us", Partitions: 2, Sink: newFakeSink(2), Fencer: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := Peer{Region: "us", GRPCAddr: startReceiver(t, "", srv).addr}
+	bare := Peer{Region: "us", GRPCAddr: startReceiver(t, "", newServer(t, "us", 2, newFakeSink(2))).addr}
+	tr := newTransport(t)
+
+	resp, err := tr.Heads(ctx, peer, HeadsRequest{From: "eu", Partitions: 2, Pins: []PinRef{{Range: 3, Epoch: 2}}})
+	if err != nil || !equalU64(resp.Log, []uint64{7, 9}) {
+		t.Fatalf("Heads = %+v, %v; want [7 9]", resp, err)
+	}
+	_, err = tr.Heads(ctx, peer, HeadsRequest{From: "eu", Partitions: 2, Pins: []PinRef{{Range: 3, Epoch: 3}}})
+	if status.Code(err) != codes.Unavailable || !IsRetryable(err) {
+		t.Fatalf("unseen pin: %v, want retryable Unavailable", err)
+	}
+	_, err = tr.Heads(ctx, peer, HeadsRequest{From: "eu", Partitions: 4})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("partition mismatch: %v, want FailedPrecondition", err)
+	}
+	_, err = tr.Heads(ctx, bare, HeadsRequest{From: "eu", Partitions: 2})
+	if status.Code(err) != codes.Unimplemented || IsRetryable(err) {
+		t.Fatalf("no fencer: %v, want Unimplemented", err)
 	}
 }

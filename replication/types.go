@@ -117,3 +117,34 @@ type DigestResponse struct {
 	Mismatched []uint32
 	Cursor     Cursor
 }
+
+// PinRef names one pin version: a user range at an epoch.
+type PinRef struct {
+	Range uint32
+	Epoch uint64
+}
+
+// HeadsRequest is the barrier of planned moves (DESIGN section 5): the new
+// owner of Pins asks another region for the heads of its own log, to wait
+// until it has applied that log through them before it writes those ranges.
+type HeadsRequest struct {
+	From       string
+	Partitions int
+	Pins       []PinRef
+}
+
+// HeadsResponse carries the answering region's own-log heads, by partition.
+// Every write it made to the requested ranges under an older epoch is at or
+// below them.
+type HeadsResponse struct {
+	Log []uint64
+}
+
+// Fencer is the answering side of Heads, implemented by the region: it checks
+// that the region's pin table has seen every pin (so it refuses their ranges'
+// writes under older epochs), waits for the local writes already authorized
+// to reach the log, then reads the log's heads. An error wrapping
+// ErrPinNotSeen means "not yet": the asker retries.
+type Fencer interface {
+	Heads(ctx context.Context, pins []PinRef) ([]uint64, error)
+}

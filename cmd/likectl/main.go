@@ -2,7 +2,7 @@
 //
 //	likectl token --user alice [--admin] [--ttl 1h]
 //	likectl bench [flags]
-//	likectl pins list|move|drain, likectl regions, likectl reconcile
+//	likectl pins list|move|drain|settle, likectl regions, likectl reconcile
 package main
 
 import (
@@ -35,7 +35,9 @@ const usage = `usage: likectl <command> [flags]
 commands:
   token      print a bearer token signed with $LIKES_AUTH_SECRET
   bench      drive a region's HTTP API on loopback and report throughput and latency
-  pins       list | move --range N --to REGION | drain --from REGION --to REGION
+  pins       list | move --range N --to REGION | drain --from REGION --to REGION | settle --range N
+             (moves are planned: the new owner catches up on every live region's log
+             before writing; --unplanned skips that, as a failover does)
   regions    live regions: lease health, watermarks, aggregator and replication lag
   reconcile  recount items from edges, report mismatches, --heal through the fenced path
   migrate    create or upgrade the Cassandra schema (versioned, idempotent)

@@ -42,13 +42,14 @@ func directory(ctx context.Context, endpoints string, ranges int) (*epoch.Direct
 
 func pins(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("pins: want a subcommand: list, move or drain")
+		return errors.New("pins: want a subcommand: list, move, drain or settle")
 	}
 	fs := flag.NewFlagSet("likectl pins "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	etcd := fs.String("etcd", defaultEtcd, "etcd endpoints, comma-separated")
 	ranges := fs.Int("ranges", 256, "user ranges of the cluster")
-	rng := fs.Int("range", -1, "range to move (move)")
+	rng := fs.Int("range", -1, "range to move or settle (move, settle)")
+	unplanned := fs.Bool("unplanned", false, "move without the catch-up barrier, as a failover does: the new owner writes at notBefore even if the old owner's tail has not replicated (move, drain)")
 	to := fs.String("to", "", "target region (move, drain)")
 	from := fs.String("from", "", "region to drain (drain)")
 	ttl := fs.Duration("lease-ttl", 5*time.Second, "the cluster's lease TTL (sets notBefore = now + TTL + max skew)")
@@ -73,10 +74,16 @@ func pins(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "RANGE\tREGION\tEPOCH\tNOT BEFORE")
+		fmt.Fprintln(tw, "RANGE\tREGION\tEPOCH\tNOT BEFORE\tSTATE")
 		per := map[string]int{}
+		catching := 0
 		for _, p := range ps {
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\n", p.Range, p.Region, p.Epoch, p.NotBefore.UTC().Format(time.RFC3339Nano))
+			state := "writable"
+			if p.CatchUp {
+				state = "catching up (planned move from " + p.From + ")"
+				catching++
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\n", p.Range, p.Region, p.Epoch, p.NotBefore.UTC().Format(time.RFC3339Nano), state)
 			per[p.Region]++
 		}
 		_ = tw.Flush()
@@ -87,6 +94,9 @@ func pins(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		sort.Strings(regions)
 		for _, r := range regions {
 			fmt.Fprintf(stdout, "%s owns %d ranges\n", r, per[r])
+		}
+		if catching > 0 {
+			fmt.Fprintf(stdout, "%d ranges refuse writes until their new owner has caught up on every live region's log\n", catching)
 		}
 		return nil
 	case "move":
@@ -101,24 +111,56 @@ func pins(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stdout, "range %d is already pinned to %s (epoch %d)\n", *rng, *to, cur.Epoch)
 			return nil
 		}
-		p, err := d.Move(ctx, uint32(*rng), cur.Epoch, *to, cfg.NotBefore(time.Now()))
+		p, err := d.Move(ctx, uint32(*rng), cur.Epoch, *to, cfg.NotBefore(time.Now()), moveOpts(*unplanned)...)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "range %d: %s epoch %d → %s epoch %d, writable from %s\n", *rng, cur.Region, cur.Epoch, p.Region, p.Epoch, p.NotBefore.UTC().Format(time.RFC3339Nano))
+		fmt.Fprintf(stdout, "range %d: %s epoch %d → %s epoch %d, writable from %s%s\n", *rng, cur.Region, cur.Epoch, p.Region, p.Epoch,
+			p.NotBefore.UTC().Format(time.RFC3339Nano), catchUpNote(p.CatchUp))
+		return nil
+	case "settle":
+		if *rng < 0 || *rng >= *ranges {
+			return fmt.Errorf("pins settle: need --range in [0, %d)", *ranges)
+		}
+		cur, err := d.Pin(ctx, uint32(*rng))
+		if err != nil {
+			return err
+		}
+		if !cur.CatchUp {
+			fmt.Fprintf(stdout, "range %d (region %s, epoch %d) is not catching up\n", *rng, cur.Region, cur.Epoch)
+			return nil
+		}
+		if _, err := d.Settle(ctx, uint32(*rng), cur.Epoch); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "range %d: %s writes epoch %d now, without waiting for the other regions' logs (an unplanned move: late writes of the old owner merge through corrections)\n", *rng, cur.Region, cur.Epoch)
 		return nil
 	case "drain":
 		if *from == "" || *to == "" || *from == *to {
 			return errors.New("pins drain: need --from REGION --to OTHER_REGION")
 		}
-		moved, err := d.Drain(ctx, *from, *to, cfg.NotBefore(time.Now()))
+		moved, err := d.Drain(ctx, *from, *to, cfg.NotBefore(time.Now()), moveOpts(*unplanned)...)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "moved %d ranges from %s to %s (epochs bumped; %s writes them after notBefore)\n", len(moved), *from, *to, *to)
+		fmt.Fprintf(stdout, "moved %d ranges from %s to %s (epochs bumped; %s writes them after notBefore%s)\n", len(moved), *from, *to, *to, catchUpNote(!*unplanned))
 		return nil
 	}
-	return fmt.Errorf("pins: unknown subcommand %q (list, move, drain)", args[0])
+	return fmt.Errorf("pins: unknown subcommand %q (list, move, drain, settle)", args[0])
+}
+
+func moveOpts(unplanned bool) []epoch.MoveOption {
+	if unplanned {
+		return nil
+	}
+	return []epoch.MoveOption{epoch.Planned()}
+}
+
+func catchUpNote(planned bool) string {
+	if !planned {
+		return ""
+	}
+	return " and once it has caught up on every live region's log"
 }
 
 func adminGet(ctx context.Context, method, url string, body any, out any) error {

@@ -129,6 +129,48 @@ func RunDirectory(t *testing.T, newClient func(t *testing.T) *clientv3.Client) {
 		}
 	})
 
+	t.Run("PlannedMoveSettles", func(t *testing.T) {
+		t.Parallel()
+		cfg := Config(t, 4)
+		d := newDir(t, newClient(t), cfg)
+		ctx := ctxFor(t)
+		if err := d.Init(ctx, 4, []string{"a"}); err != nil {
+			t.Fatal(err)
+		}
+		p := must[epoch.Pin](t)(d.Move(ctx, 2, 1, "b", time.Time{}, epoch.Planned()))
+		if !p.CatchUp || p.From != "a" || p.Epoch != 2 {
+			t.Fatalf("planned Move = %+v, want CatchUp from a at epoch 2", p)
+		}
+		if got := must[epoch.Pin](t)(d.Pin(ctx, 2)); !got.CatchUp || got.From != "a" {
+			t.Fatalf("stored pin %+v lost CatchUp/From", got)
+		}
+		// Settle of an old epoch changes nothing.
+		if _, err := d.Settle(ctx, 2, 1); !isEpochChanged(err) {
+			t.Fatalf("Settle(epoch 1) = %v, want ErrEpochChanged", err)
+		}
+		s := must[epoch.Pin](t)(d.Settle(ctx, 2, 2))
+		if s.CatchUp || s.Epoch != 2 || s.Region != "b" {
+			t.Fatalf("Settle = %+v, want epoch 2 on b without CatchUp", s)
+		}
+		if got := must[epoch.Pin](t)(d.Pin(ctx, 2)); got.CatchUp || got.Epoch != 2 {
+			t.Fatalf("stored pin after Settle = %+v", got)
+		}
+		must[epoch.Pin](t)(d.Settle(ctx, 2, 2)) // idempotent
+		// An unplanned move never sets CatchUp.
+		if u := must[epoch.Pin](t)(d.Move(ctx, 2, 2, "c", time.Time{})); u.CatchUp || u.From != "b" {
+			t.Fatalf("unplanned Move = %+v", u)
+		}
+		moved, err := d.Drain(ctx, "a", "c", time.Time{}, epoch.Planned())
+		if err != nil || len(moved) != 3 {
+			t.Fatalf("Drain = %v, %v; want 3 pins", moved, err)
+		}
+		for _, m := range moved {
+			if !m.CatchUp || m.From != "a" {
+				t.Fatalf("planned drain pin %+v", m)
+			}
+		}
+	})
+
 	t.Run("ConcurrentMovesOneWins", func(t *testing.T) {
 		t.Parallel()
 		cfg := Config(t, 4)

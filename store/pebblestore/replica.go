@@ -165,12 +165,28 @@ func (s *Store) applyRemoteEvent(b *pebble.Batch, w *batchWriter, ev edge.Event)
 	switch ev.Kind {
 	case edge.KindCorrection, edge.KindReconcile:
 		return nil // the sender's own cells account for it
-	case edge.KindPurge:
-		purgeUser(b, ev.User)
+	case edge.KindErasing:
+		// Another region started erasing the user: mark it here so this
+		// region refuses the user's writes too; the origin runs the job.
 		if ok, err := exists(b, erasureKey(ev.User)); err != nil || ok {
 			return err
 		}
-		v, err := encodeJob(edge.ErasureJob{User: ev.User, State: edge.ErasureDone, FinishedAt: ev.EventTime})
+		v, err := encodeJob(edge.ErasureJob{User: ev.User, State: edge.ErasureRunning, StartedAt: ev.EventTime, Remote: true})
+		if err != nil {
+			return err
+		}
+		return b.Set(erasureKey(ev.User), v, nil)
+	case edge.KindPurge:
+		purgeUser(b, ev.User)
+		old, had, err := getInto(b, erasureKey(ev.User), decodeJob)
+		if err != nil || (had && (!old.Remote || old.State == edge.ErasureDone)) {
+			return err // this region's own job, or already done
+		}
+		j := edge.ErasureJob{User: ev.User, State: edge.ErasureDone, FinishedAt: ev.EventTime, Remote: true}
+		if had {
+			j.StartedAt = old.StartedAt
+		}
+		v, err := encodeJob(j)
 		if err != nil {
 			return err
 		}

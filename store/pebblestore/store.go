@@ -496,7 +496,20 @@ func (s *Store) PutErasure(ctx context.Context, j edge.ErasureJob) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.submit(ctx, &op{fn: func(b *pebble.Batch, _ *batchWriter) error { return b.Set(erasureKey(j.User), v, nil) }})
+	_, err = s.submit(ctx, &op{fn: func(b *pebble.Batch, w *batchWriter) error {
+		old, had, err := getInto(b, erasureKey(j.User), decodeJob)
+		if err != nil {
+			return err
+		}
+		// A job starting here (new, or taken over from a remote replica) is
+		// logged, so its mark replicates with the log: a region that becomes the
+		// user's home (a planned move catches up on this log first) refuses the
+		// erased user's writes from then on, not only after the purge.
+		if j.State == edge.ErasureRunning && !j.Remote && (!had || old.Remote) {
+			w.appendEvent(edge.Event{User: j.User, Bucket: edge.BucketOf(j.User), Kind: edge.KindErasing})
+		}
+		return b.Set(erasureKey(j.User), v, nil)
+	}})
 	return err
 }
 

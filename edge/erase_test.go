@@ -1,0 +1,105 @@
+package edge_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"likes/clock"
+	"likes/crdt"
+	"likes/edge"
+	"likes/inproc"
+	"likes/store/pebblestore"
+)
+
+// A Remote job (a replica of an erasure another region runs) is left to its
+// origin by the Eraser's loop, and taken over by Start.
+func TestEraserLeavesRemoteJobsToTheirOrigin(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewFake(time.UnixMilli(1_700_000_000_000))
+	st, err := pebblestore.Open(pebblestore.Options{Dir: "/db", FS: vfs.NewMem(), Region: "eu", Partitions: 2, Clock: clk, CacheBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = st.Close() }()
+	svc, err := edge.NewService(edge.ServiceConfig{Store: st, Overlay: inproc.NewOverlay(clk, time.Minute), Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, item := range []string{"a", "b"} {
+		if _, err := svc.Set(ctx, "u1", item, crdt.Liked, "k"+item); err != nil {
+			t.Fatal(err)
+		}
+	}
+	remote := edge.ErasureJob{User: "u1", State: edge.ErasureRunning, StartedAt: 1, Remote: true}
+	if err := st.PutErasure(ctx, remote); err != nil {
+		t.Fatal(err)
+	}
+	er, err := edge.NewEraser(ctx, edge.EraserConfig{Service: svc, Store: st, Jobs: st, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = er.Close() }()
+	clk.Advance(3 * time.Second) // loop ticks: the remote job must stay untouched
+	if liked, err := svc.Liked(ctx, "u1", "a"); err != nil || !liked {
+		t.Fatalf("a remote job was run here: liked=%v err=%v", liked, err)
+	}
+	j, err := er.Start(ctx, "u1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Remote || j.State != edge.ErasureDone || j.Edges != 2 || j.Unliked != 2 {
+		t.Fatalf("Start over a remote job = %+v, want it taken over and done (2 edges, 2 likes)", j)
+	}
+}
+
+// gatedStore holds every Apply until the gate opens.
+type gatedStore struct {
+	*pebblestore.Store
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g *gatedStore) Apply(ctx context.Context, req edge.Request) (edge.Decision, error) {
+	g.entered <- struct{}{}
+	<-g.gate
+	return g.Store.Apply(ctx, req)
+}
+
+// Quiesce waits for every write already authorized to reach the store.
+func TestQuiesceWaitsForAuthorizedWrites(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewFake(time.UnixMilli(1_700_000_000_000))
+	st, err := pebblestore.Open(pebblestore.Options{Dir: "/db", FS: vfs.NewMem(), Region: "eu", Partitions: 2, Clock: clk, CacheBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = st.Close() }()
+	g := &gatedStore{Store: st, entered: make(chan struct{}, 1), gate: make(chan struct{})}
+	svc, err := edge.NewService(edge.ServiceConfig{Store: g, Overlay: inproc.NewOverlay(clk, time.Minute), Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := svc.Set(ctx, "u1", "a", crdt.Liked, "k")
+		wrote <- err
+	}()
+	<-g.entered // authorized, in the store
+	quiesced := make(chan error, 1)
+	go func() { quiesced <- svc.Quiesce(ctx) }()
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := svc.Quiesce(short); err == nil {
+		t.Fatal("Quiesce returned while an authorized write was still in the store")
+	}
+	close(g.gate)
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-quiesced; err != nil {
+		t.Fatalf("Quiesce after the write finished: %v", err)
+	}
+}

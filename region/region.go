@@ -298,6 +298,9 @@ func (r *Region) registerPipelineMetrics() {
 	)
 }
 
+// Engines is the region's engine choice, defaults filled in.
+func (r *Region) Engines() Engines { return r.cfg.Engines }
+
 // Name is the region's name.
 func (r *Region) Name() string { return r.cfg.Name }
 

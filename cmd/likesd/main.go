@@ -2,11 +2,19 @@
 //
 //	likesd dev [--regions us,eu,ap] [--http-port 8080] [--data ./likes-data]
 //	likesd run --region us --regions us,eu,ap --etcd http://127.0.0.1:2379 [...]
+//	likesd run --region us --store cassandra --cassandra 127.0.0.1:9042 --log kafka --kafka 127.0.0.1:9092 --cache redis --redis 127.0.0.1:6379
 //	likesd etcd [--client-port 2379] [--data ./likes-data/etcd]
 //
 // dev starts every region of the embedded default (Pebble per region, one
 // embedded etcd, no servers) on loopback in one process. Ctrl-C shuts down
 // cleanly; a restart on the same --data keeps every acknowledged like.
+//
+// run starts one region. With --etcd it joins a multi-region cluster (pins,
+// leases, replication; embedded default store and log only). Without --etcd
+// it runs standalone, owning every user range; the production engines are
+// chosen by flags: --store cassandra (edges, log, cells in a keyspace created
+// by `likectl migrate`), --log kafka (a relay publishes the log to a topic the
+// aggregators read), --cache redis (count cache, overlay, rate limits).
 package main
 
 import (
@@ -44,7 +52,8 @@ const usage = `usage: likesd <command> [flags]
 
 commands:
   dev    run all regions of the embedded default (Pebble + embedded etcd, no servers) on loopback
-  run    run one region of a real deployment (its own process; etcd given by --etcd)
+  run    run one region of a real deployment (its own process): with --etcd one of several regions,
+         without it a standalone region, optionally on --store cassandra --log kafka --cache redis
   etcd   run a standalone embedded etcd for local multi-process use
 `
 
@@ -80,6 +89,91 @@ type common struct {
 	ttl        time.Duration
 	skew       time.Duration
 	ranges     int
+	engines    engineFlags
+}
+
+// engineFlags choose the production engines (region.Engines).
+type engineFlags struct {
+	store, cassandra, keyspace, consistency, serial, dc string
+	log, kafka, topic                                   string
+	kafkaRF                                             int
+	cache, redis, redisPrefix                           string
+	redisDB                                             int
+}
+
+func (e *engineFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&e.store, "store", region.StorePebble, "edges, log and cells: pebble (embedded, under --data) or cassandra")
+	fs.StringVar(&e.cassandra, "cassandra", "", "Cassandra contact points, comma-separated host[:port] (--store cassandra); $LIKES_CASSANDRA_USER/$LIKES_CASSANDRA_PASSWORD authenticate")
+	fs.StringVar(&e.keyspace, "keyspace", "", "the region's Cassandra keyspace, created by `likectl migrate` (default likes_<region>)")
+	fs.StringVar(&e.consistency, "consistency", "LOCAL_QUORUM", "Cassandra consistency of ordinary reads and writes")
+	fs.StringVar(&e.serial, "serial", "SERIAL", "Cassandra lightweight-transaction consistency: SERIAL or LOCAL_SERIAL")
+	fs.StringVar(&e.dc, "cassandra-dc", "", "Cassandra datacenter to route requests to first")
+	fs.StringVar(&e.log, "log", region.LogStore, "what the aggregators read: store (the store's own log) or kafka (a relay publishes it to Kafka)")
+	fs.StringVar(&e.kafka, "kafka", "", "Kafka seed brokers, comma-separated host:port (--log kafka)")
+	fs.StringVar(&e.topic, "topic", "", "the region's Kafka log topic (default likes.<region>.log; dead letters in <topic>.dlq)")
+	fs.IntVar(&e.kafkaRF, "kafka-replication", 1, "replication factor of the topics likesd creates (3 in production)")
+	fs.StringVar(&e.cache, "cache", region.CacheInproc, "count cache, session overlay and rate limits: inproc or redis")
+	fs.StringVar(&e.redis, "redis", "", "Redis host:port (--cache redis); $LIKES_REDIS_PASSWORD authenticates")
+	fs.StringVar(&e.redisPrefix, "redis-prefix", "", "prefix of every Redis key (default likes:<region>:)")
+	fs.IntVar(&e.redisDB, "redis-db", 0, "Redis database number")
+}
+
+// build turns the flags into a region.Engines; flags of an engine that is not
+// chosen are refused rather than ignored.
+func (e *engineFlags) build(name string) (region.Engines, error) {
+	split := func(s string) []string {
+		var out []string
+		for _, p := range strings.Split(s, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	var errs []error
+	if e.store != region.StoreCassandra && (e.cassandra != "" || e.keyspace != "" || e.dc != "") {
+		errs = append(errs, fmt.Errorf("--cassandra, --keyspace and --cassandra-dc need --store cassandra (got --store %s)", e.store))
+	}
+	if e.log != region.LogKafka && (e.kafka != "" || e.topic != "") {
+		errs = append(errs, fmt.Errorf("--kafka and --topic need --log kafka (got --log %s)", e.log))
+	}
+	if e.cache != region.CacheRedis && (e.redis != "" || e.redisPrefix != "") {
+		errs = append(errs, fmt.Errorf("--redis and --redis-prefix need --cache redis (got --cache %s)", e.cache))
+	}
+	if e.store == region.StoreCassandra && e.cassandra == "" {
+		errs = append(errs, errors.New("--store cassandra needs --cassandra HOST[:PORT],…"))
+	}
+	if e.log == region.LogKafka && e.kafka == "" {
+		errs = append(errs, errors.New("--log kafka needs --kafka HOST:PORT,…"))
+	}
+	if e.cache == region.CacheRedis && e.redis == "" {
+		errs = append(errs, errors.New("--cache redis needs --redis HOST:PORT"))
+	}
+	if e.kafkaRF < 1 || e.kafkaRF > 32767 {
+		errs = append(errs, fmt.Errorf("--kafka-replication %d out of range", e.kafkaRF))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return region.Engines{}, err
+	}
+	eng := region.Engines{Store: e.store, Log: e.log, Cache: e.cache}
+	if e.store == region.StoreCassandra {
+		eng.Cassandra = region.CassandraEngine{
+			Hosts: split(e.cassandra), Keyspace: e.keyspace, Consistency: e.consistency, Serial: e.serial, LocalDC: e.dc,
+			Username: os.Getenv("LIKES_CASSANDRA_USER"), Password: os.Getenv("LIKES_CASSANDRA_PASSWORD"),
+		}
+	}
+	if e.log == region.LogKafka {
+		eng.Kafka = region.KafkaEngine{Brokers: split(e.kafka), Topic: e.topic, ReplicationFactor: int16(e.kafkaRF)}
+	}
+	if e.cache == region.CacheRedis {
+		eng.Redis = region.RedisEngine{Addr: e.redis, Prefix: e.redisPrefix, DB: e.redisDB, Password: os.Getenv("LIKES_REDIS_PASSWORD")}
+	}
+	return eng, nil
+}
+
+// embedded reports whether the flags choose the embedded default store and log.
+func (e *engineFlags) embedded() bool {
+	return e.store == region.StorePebble && e.log == region.LogStore
 }
 
 func (c *common) register(fs *flag.FlagSet) {
@@ -93,6 +187,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ttl, "lease-ttl", 5*time.Second, "region lease TTL (whole seconds; failover happens after it expires)")
 	fs.DurationVar(&c.skew, "max-skew", 500*time.Millisecond, "assumed bound on clock skew between regions (a moved pin is writable after TTL + skew)")
 	fs.IntVar(&c.ranges, "ranges", 256, "user ranges (units of write authority; fixed at cluster creation)")
+	c.engines.register(fs)
 }
 
 func parseRegions(list string) ([]string, error) {
@@ -201,6 +296,13 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if len(names) > 1 && !c.engines.embedded() {
+		return fmt.Errorf("dev: --store %s --log %s run one region only (--regions %s): several regions replicate the embedded store and log only",
+			c.engines.store, c.engines.log, names[0])
+	}
+	if _, err := c.engines.build(names[0]); err != nil {
+		return err
+	}
 	for n, p := range map[string]int{"http-port": *port, "grpc-port": *grpcPort, "gossip-port": *gossipPort, "etcd-port": *etcdPort} {
 		if err := checkPort(n, p); err != nil {
 			return err
@@ -253,9 +355,13 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	for i, name := range names {
+		eng, err := c.engines.build(name)
+		if err != nil {
+			return fail(err)
+		}
 		rc := region.Config{
 			Name: name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: sec,
-			MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger,
+			MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger, Engines: eng,
 		}
 		if cluster != nil {
 			rc.Cluster = cluster(i)
@@ -292,12 +398,12 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var c common
 	c.register(fs)
 	name := fs.String("region", "", "this region's name (required)")
-	regions := fs.String("regions", "", "all region names, comma-separated, in failover preference order (required)")
+	regions := fs.String("regions", "", "all region names, comma-separated, in failover preference order (default: --region alone)")
 	httpAddr := fs.String("http", "127.0.0.1:8080", "HTTP listen address")
 	grpcAddr := fs.String("grpc", "127.0.0.1:9080", "replication/forwarding gRPC listen address")
 	gossip := fs.String("gossip", "127.0.0.1:7946", "memberlist bind address")
 	seeds := fs.String("seeds", "", "comma-separated memberlist addresses of other regions")
-	etcd := fs.String("etcd", "", "comma-separated etcd endpoints, e.g. http://127.0.0.1:2379 (required)")
+	etcd := fs.String("etcd", "", "comma-separated etcd endpoints, e.g. http://127.0.0.1:2379 (required with several --regions; empty: a standalone region)")
 	peerAddrs := fs.String("peer-addrs", "", "region=host:port,… overriding the gRPC address used to reach a peer (e.g. through a proxy)")
 	antiEntropy := fs.Duration("anti-entropy", 30*time.Second, "replication anti-entropy digest interval")
 	unsafe := fs.String("unsafe-break", "", "TESTING ONLY: switch guarantees off (fence,idempotency,lease) to prove the chaos checker fails")
@@ -318,8 +424,11 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			overrides[k] = v
 		}
 	}
-	if *name == "" || *regions == "" || *etcd == "" {
-		return errors.New("run: --region, --regions and --etcd are required")
+	if *name == "" {
+		return errors.New("run: --region is required")
+	}
+	if *regions == "" {
+		*regions = *name
 	}
 	names, err := parseRegions(*regions)
 	if err != nil {
@@ -327,6 +436,23 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if !slices.Contains(names, *name) {
 		return fmt.Errorf("run: --region %q is not in --regions %s", *name, *regions)
+	}
+	eng, err := c.engines.build(*name)
+	if err != nil {
+		return err
+	}
+	standalone := *etcd == ""
+	switch {
+	case standalone && len(names) > 1:
+		return errors.New("run: --etcd is required with several --regions (pins and leases live in etcd)")
+	case !standalone && !c.engines.embedded():
+		return fmt.Errorf("run: --store %s --log %s run a standalone region: drop --etcd (a multi-region cluster replicates the embedded store and log only; Cassandra has no replication source or sink yet)",
+			c.engines.store, c.engines.log)
+	case standalone && (*seeds != "" || *peerAddrs != ""):
+		return errors.New("run: --seeds and --peer-addrs need --etcd (a standalone region has no peers)")
+	}
+	if standalone {
+		return runStandalone(ctx, c, *name, *httpAddr, eng, brk, stdout, stderr)
 	}
 	gHost, gPortS, err := net.SplitHostPort(*gossip)
 	if err != nil {
@@ -355,7 +481,7 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	r, err := region.Open(ctx, region.Config{
 		Name: *name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: sec,
-		MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger,
+		MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger, Engines: eng,
 		Cluster: &region.Cluster{
 			Etcd: cli, Epoch: epoch.Config{Ranges: c.ranges, TTL: c.ttl, MaxSkew: c.skew}, Regions: names,
 			GRPCListen: *grpcAddr, HTTPAdvertise: "http://" + ln.Addr().String(),
@@ -370,6 +496,29 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	s := serveHTTP(r, ln)
 	fmt.Fprintf(stdout, "likes: region %q serving %s (gRPC %s, gossip %s, etcd %s)\n", *name, s.url, *grpcAddr, *gossip, *etcd)
+	return waitAndStop(ctx, logger, []*served{s}, nil)
+}
+
+// runStandalone runs one region without a cluster: it owns every user range.
+func runStandalone(ctx context.Context, c common, name, httpAddr string, eng region.Engines, brk region.Unsafe, stdout, stderr io.Writer) error {
+	logger := newLogger(stderr)
+	sec := secret(logger)
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ln, err := net.Listen("tcp", httpAddr)
+	if err != nil {
+		return err
+	}
+	r, err := region.Open(ctx, region.Config{
+		Name: name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: sec,
+		MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger, Engines: eng, Unsafe: brk,
+	})
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	s := serveHTTP(r, ln)
+	fmt.Fprintf(stdout, "likes: region %q serving %s standalone (%s)\n", name, s.url, r.Engines().String())
 	return waitAndStop(ctx, logger, []*served{s}, nil)
 }
 

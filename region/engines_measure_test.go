@@ -1,0 +1,257 @@
+package region
+
+// TestMeasureEngines produces the engines figures of BENCHMARKS.md: the same
+// loadgen load against one region on the embedded default and one region on
+// Cassandra + Kafka + Redis, in the same run, so the engines' figures are
+// ratios against embedded figures taken minutes apart under the same machine
+// load. Opt-in (CI never runs it), and it needs the real servers:
+//
+//	bash scripts/servers.sh up redis kafka cassandra && eval "$(bash scripts/servers.sh env)"
+//	LIKES_MEASURE=1 go test ./region -run TestMeasureEngines -v -timeout 30m
+//
+// For each region (embedded, engines, embedded again to bracket the load):
+//
+//  1. loadgen uniform-writes for LIKES_MEASURE_DURATION (default 15s) with
+//     LIKES_MEASURE_WORKERS (default 32) over HTTP (loopback): throughput,
+//     write p50/p99, staleness p99 (now − asOf of counts read every 50ms);
+//  2. wait until the aggregators (and the relay) have no lag;
+//  3. loadgen viral-writes (every user flips their like on one item) for the
+//     same duration, wait for no lag again, and divide the cell writes the
+//     aggregators committed meanwhile by the viral item's changed likes.
+//
+// CPU: the process CPU per write covers the region and the load generator (one
+// process); with the engines, the CPU of the Cassandra, Kafka and Redis
+// processes (their pid files from scripts/servers.sh) is reported apart.
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"likes/loadgen"
+)
+
+type measEngines struct {
+	name                   string
+	rate, p50, p99, stale  float64 // writes/s, ms, ms, ms (uniform)
+	vRate, vP99, vStale    float64 // viral
+	errs, vErrs            int64
+	cpuUs                  float64 // process CPU per uniform write (region + loadgen)
+	engineCPUUs            float64 // engines' processes CPU per uniform write
+	cellWrites, vChanged   uint64
+	cellsPerLike           float64
+	load0, load1, settleUs string
+}
+
+func TestMeasureEngines(t *testing.T) {
+	if os.Getenv("LIKES_MEASURE") != "1" {
+		t.Skip("opt-in measurement for BENCHMARKS.md: LIKES_MEASURE=1 go test ./region -run TestMeasureEngines -v -timeout 30m (with the servers of scripts/servers.sh)")
+	}
+	env := realEngines(t)
+	dur := 15 * time.Second
+	if v := os.Getenv("LIKES_MEASURE_DURATION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 || d > 2*time.Minute {
+			t.Fatalf("LIKES_MEASURE_DURATION=%q: want a duration in (0, 2m]", v)
+		}
+		dur = d
+	}
+	workers := 32
+	if v := os.Getenv("LIKES_MEASURE_WORKERS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1024 {
+			t.Fatalf("LIKES_MEASURE_WORKERS=%q", v)
+		}
+		workers = n
+	}
+	var results []measEngines
+	for i, name := range []string{"embedded", "engines", "embedded"} {
+		cfg := Config{
+			Name: "us", Partitions: 16, Window: 250 * time.Millisecond, Secret: e2eSecret, UserRate: -1,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		}
+		if name == "engines" {
+			cfg.Engines = engineConfig(t, env, "meas")
+			cfg.Engines.Kafka.PollInterval, cfg.Engines.Kafka.HeartbeatInterval = 0, 0 // the defaults
+		} else {
+			cfg.DataDir = t.TempDir()
+		}
+		res := measureOne(t, cfg, name, fmt.Sprintf("m%d", i), dur, workers)
+		t.Logf("%s: %+v", name, res)
+		results = append(results, res)
+	}
+	emb := results[0]
+	emb2 := results[2]
+	eng := results[1]
+	avg := func(a, b float64) float64 { return (a + b) / 2 }
+	t.Logf("RESULTS (workers %d, phases %v each)", workers, dur)
+	for _, r := range results {
+		t.Logf("  %-8s uniform %.0f writes/s p50 %.0f ms p99 %.0f ms staleness p99 %.0f ms errors %d | viral %.0f writes/s p99 %.0f ms staleness p99 %.0f ms errors %d | cell writes %d / viral changed likes %d = %.4f per like event | process CPU/write %.0f µs, engines' CPU/write %.0f µs | load %s → %s",
+			r.name, r.rate, r.p50, r.p99, r.stale, r.errs, r.vRate, r.vP99, r.vStale, r.vErrs, r.cellWrites, r.vChanged, r.cellsPerLike, r.cpuUs, r.engineCPUUs, r.load0, r.load1)
+	}
+	t.Logf("  engines ÷ embedded (mean of the two embedded runs): write throughput %.2f, write p99 %.2f, staleness p99 %.2f, viral throughput %.2f, viral p99 %.2f, viral staleness p99 %.2f, cell writes per viral like %.4f vs %.4f",
+		eng.rate/avg(emb.rate, emb2.rate), eng.p99/avg(emb.p99, emb2.p99), eng.stale/avg(emb.stale, emb2.stale),
+		eng.vRate/avg(emb.vRate, emb2.vRate), eng.vP99/avg(emb.vP99, emb2.vP99), eng.vStale/avg(emb.vStale, emb2.vStale),
+		eng.cellsPerLike, avg(emb.cellsPerLike, emb2.cellsPerLike))
+}
+
+func measureOne(t *testing.T, cfg Config, name, runID string, dur time.Duration, workers int) measEngines {
+	t.Helper()
+	r, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("%s: Open: %v", name, err)
+	}
+	srv := httptest.NewServer(r.API)
+	defer func() {
+		srv.Close()
+		if err := r.Close(); err != nil {
+			t.Errorf("%s: Close: %v", name, err)
+		}
+	}()
+	out := measEngines{name: name, load0: loadAvg()}
+	run := func(phase string) *loadgen.PhaseReport {
+		ctx, cancel := context.WithTimeout(context.Background(), dur+3*time.Minute)
+		defer cancel()
+		rep, err := loadgen.Run(ctx, loadgen.Config{
+			URL: srv.URL, Secret: e2eSecret, Workers: workers, Items: 10000, PhaseDuration: dur,
+			Phases: []string{phase}, RunID: runID + phase[:1], Seed: 42,
+		})
+		if err != nil {
+			t.Fatalf("%s: loadgen %s: %v", name, phase, err)
+		}
+		ph := rep.Phase(phase)
+		if ph == nil {
+			t.Fatalf("%s: no %s phase", name, phase)
+		}
+		if ph.ErrorCount() > 0 {
+			t.Logf("%s %s errors: %v", name, phase, ph.Errors)
+		}
+		return ph
+	}
+	settle := func(what string) {
+		t.Helper()
+		start := time.Now()
+		deadline := start.Add(5 * time.Minute)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			lag, err := r.aggregatorLag(ctx)
+			if err == nil && lag == 0 && cfg.Engines.Log == LogKafka {
+				var rl uint64
+				rl, err = newAdmin2(r).relayLag(ctx)
+				lag += rl
+			}
+			cancel()
+			if err == nil && lag == 0 {
+				t.Logf("%s: settled after %s in %v", name, what, time.Since(start).Round(time.Millisecond))
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: still lagging %d events (err %v) 5 minutes after %s", name, lag, err, what)
+			}
+			time.Sleep(50 * time.Millisecond) // poll interval of a bounded wait
+		}
+	}
+	eng0 := engineCPU(t)
+	cpu0 := procCPU(t, os.Getpid())
+	u := run(loadgen.PhaseUniform)
+	cpu1 := procCPU(t, os.Getpid())
+	eng1 := engineCPU(t)
+	out.rate, out.p50, out.p99, out.errs = u.Throughput, u.Latency.P50Ms, u.Latency.P99Ms, u.ErrorCount()
+	if u.Staleness != nil {
+		out.stale = u.Staleness.P99Ms
+	}
+	if u.OK > 0 {
+		out.cpuUs = float64((cpu1 - cpu0).Microseconds()) / float64(u.OK)
+		out.engineCPUUs = float64((eng1 - eng0).Microseconds()) / float64(u.OK)
+	}
+	settle("uniform writes")
+	cw0 := r.CellWrites()
+	v := run(loadgen.PhaseViral)
+	settle("viral writes")
+	out.cellWrites = r.CellWrites() - cw0
+	out.vRate, out.vP99, out.vErrs, out.vChanged = v.Throughput, v.Latency.P99Ms, v.ErrorCount(), uint64(v.Changed)
+	if v.Staleness != nil {
+		out.vStale = v.Staleness.P99Ms
+	}
+	if out.vChanged > 0 {
+		out.cellsPerLike = float64(out.cellWrites) / float64(out.vChanged)
+	}
+	out.load1 = loadAvg()
+	return out
+}
+
+// newAdmin2 is an admin view of r without registering its metrics again.
+func newAdmin2(r *Region) *admin { return &admin{r: r} }
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// procCPU is a process's user + system CPU time from /proc (0 if unreadable).
+func procCPU(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * (time.Second / 100) // USER_HZ = 100 on Linux
+}
+
+// engineCPU sums the CPU time of the servers scripts/servers.sh started
+// (cassandra, kafka, redis), found by their pid files.
+func engineCPU(t *testing.T) time.Duration {
+	t.Helper()
+	home := os.Getenv("LIKES_SERVERS_HOME")
+	if home == "" {
+		h, err := os.UserHomeDir()
+		if err != nil {
+			return 0
+		}
+		home = filepath.Join(h, ".cache", "likes-servers")
+	}
+	var total time.Duration
+	for _, name := range []string{"cassandra", "kafka", "redis"} {
+		f, err := os.Open(filepath.Join(home, "run", name+".pid"))
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		if sc.Scan() {
+			if fields := strings.Fields(sc.Text()); len(fields) > 0 {
+				if pid, err := strconv.Atoi(fields[0]); err == nil {
+					total += procCPU(t, pid)
+				}
+			}
+		}
+		_ = f.Close()
+	}
+	return total
+}

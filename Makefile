@@ -30,6 +30,8 @@ bench:
 .PHONY: servers servers-down test-engines
 ENGINES ?= etcd redis kafka cassandra
 ENGINE_PKGS ?= ./store/... ./stream/... ./epoch/... ./inproc/... ./cache/...
+# the end-to-end test of one region on Cassandra + Kafka + Redis (about 30 s)
+ENGINE_E2E ?= -run '^TestEngines' ./region
 
 ## servers: install what is missing and start etcd, Redis, Kafka and Cassandra on loopback
 servers:
@@ -39,12 +41,13 @@ servers:
 servers-down:
 	bash scripts/servers.sh down
 
-## test-engines: the contract suites against the real engines (starts them, stops them after;
-## KEEP_SERVERS=1 leaves them up)
+## test-engines: the contract suites against the real engines, then one region end to end on
+## Cassandra + Kafka + Redis (starts the servers, stops them after; KEEP_SERVERS=1 leaves them up)
 test-engines:
 	bash scripts/servers.sh up $(ENGINES)
 	@rc=0; eval "$$(bash scripts/servers.sh env)"; \
 	  env | grep '^LIKES_TEST_' | sort; \
 	  $(GO) test -race -count=1 -timeout 20m $(ENGINE_PKGS) || rc=$$?; \
+	  $(GO) test -race -count=1 -timeout 10m $(ENGINE_E2E) || rc=$$?; \
 	  if [ -z "$(KEEP_SERVERS)" ]; then bash scripts/servers.sh down || true; fi; \
 	  exit $$rc

@@ -122,6 +122,7 @@ func (s *Server) Push(ctx context.Context, b Batch) (Cursor, error) {
 		return Cursor{}, sinkError(ctx, "cursor", err)
 	}
 	cur = normalize(cur, s.cfg.Partitions)
+	var parts []RemotePart
 	for _, pb := range b.Parts {
 		at := cur.Log[pb.Partition]
 		if pb.After > at || pb.Through <= at {
@@ -133,8 +134,17 @@ func (s *Server) Push(ctx context.Context, b Batch) (Cursor, error) {
 		for len(evs) > 0 && evs[0].Pos <= at {
 			evs = evs[1:]
 		}
-		if err := sink.ApplyRemote(ctx, b.From, pb.Partition, evs, pb.Through); err != nil {
+		parts = append(parts, RemotePart{Partition: pb.Partition, Events: evs, Through: pb.Through})
+	}
+	if ps, ok := sink.(PartsSink); ok && len(parts) > 0 {
+		if err := ps.ApplyRemoteParts(ctx, b.From, parts); err != nil {
 			return Cursor{}, sinkError(ctx, "apply remote events", err)
+		}
+	} else {
+		for _, p := range parts {
+			if err := sink.ApplyRemote(ctx, b.From, p.Partition, p.Events, p.Through); err != nil {
+				return Cursor{}, sinkError(ctx, "apply remote events", err)
+			}
 		}
 	}
 	through, wm := cur.Cells, int64(0)

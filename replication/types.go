@@ -86,6 +86,20 @@ type Sink interface {
 	ScanCells(ctx context.Context, region string, fn func(CellState) error) error
 }
 
+// RemotePart is one partition's run of a sender's events for PartsSink.
+type RemotePart struct {
+	Partition uint32
+	Events    []edge.Event
+	Through   uint64
+}
+
+// PartsSink is a Sink that can apply the runs of several partitions in one
+// commit, each exactly as ApplyRemote would. The Server uses it when the Sink
+// has it: a push then costs one durable commit, not one per partition.
+type PartsSink interface {
+	ApplyRemoteParts(ctx context.Context, from string, parts []RemotePart) error
+}
+
 // ProtocolVersion is the wire protocol version every message carries. A
 // receiver rejects other versions with codes.FailedPrecondition.
 const ProtocolVersion = 1

@@ -13,8 +13,9 @@ import (
 )
 
 var (
-	_ replication.Source = (*Store)(nil)
-	_ replication.Sink   = (*Store)(nil)
+	_ replication.Source    = (*Store)(nil)
+	_ replication.Sink      = (*Store)(nil)
+	_ replication.PartsSink = (*Store)(nil)
 )
 
 func (s *Store) loadCellSeq() error {
@@ -130,35 +131,52 @@ func (s *Store) ScanCells(ctx context.Context, region string, fn func(replicatio
 // ApplyRemote implements replication.Sink. It runs in the writer loop, so it is
 // ordered with local writes, and commits the events' effects with the cursor.
 func (s *Store) ApplyRemote(ctx context.Context, from string, part uint32, evs []edge.Event, through uint64) error {
+	return s.ApplyRemoteParts(ctx, from, []replication.RemotePart{{Partition: part, Events: evs, Through: through}})
+}
+
+// ApplyRemoteParts implements replication.PartsSink: the runs of several
+// partitions in one commit (one sync per push instead of one per partition).
+func (s *Store) ApplyRemoteParts(ctx context.Context, from string, parts []replication.RemotePart) error {
 	if from == s.opts.Region {
 		return fmt.Errorf("pebblestore: refusing to apply region %q's own events as remote", from)
 	}
-	if int(part) >= s.opts.Partitions {
-		return fmt.Errorf("pebblestore: partition %d out of range", part)
+	for _, p := range parts {
+		if int(p.Partition) >= s.opts.Partitions {
+			return fmt.Errorf("pebblestore: partition %d out of range", p.Partition)
+		}
 	}
 	_, err := s.submit(ctx, &op{fn: func(b *pebble.Batch, w *batchWriter) error {
-		ck := remotePosKey(from, part)
-		cur, _, err := getInto(b, ck, func(v []byte) (uint64, error) {
-			d := dec{b: v}
-			return d.uvarint(), d.err
-		})
-		if err != nil {
-			return err
-		}
-		if through <= cur {
-			return nil // already applied
-		}
-		for _, ev := range evs {
-			if ev.Pos <= cur {
-				continue
-			}
-			if err := s.applyRemoteEvent(b, w, ev); err != nil {
+		for _, p := range parts {
+			if err := s.applyRemotePart(b, w, from, p); err != nil {
 				return err
 			}
 		}
-		return b.Set(ck, binary.AppendUvarint(nil, through), nil)
+		return nil
 	}})
 	return err
+}
+
+func (s *Store) applyRemotePart(b *pebble.Batch, w *batchWriter, from string, p replication.RemotePart) error {
+	ck := remotePosKey(from, p.Partition)
+	cur, _, err := getInto(b, ck, func(v []byte) (uint64, error) {
+		d := dec{b: v}
+		return d.uvarint(), d.err
+	})
+	if err != nil {
+		return err
+	}
+	if p.Through <= cur {
+		return nil // already applied
+	}
+	for _, ev := range p.Events {
+		if ev.Pos <= cur {
+			continue
+		}
+		if err := s.applyRemoteEvent(b, w, ev); err != nil {
+			return err
+		}
+	}
+	return b.Set(ck, binary.AppendUvarint(nil, p.Through), nil)
 }
 
 func (s *Store) applyRemoteEvent(b *pebble.Batch, w *batchWriter, ev edge.Event) error {

@@ -29,6 +29,11 @@
 //     before the move plus TTL; the new owner starts at notBefore. So every
 //     old-epoch write precedes every new-epoch write, provided clock skew
 //     between regions stays below MaxSkew (an assumption, not a check).
+//   - Planned moves (Move/Drain with Planned, what likectl does) also set
+//     CatchUp: the new owner may not write until it has caught up on every
+//     live region's log and cleared the flag (Settle, same epoch). The catch-up
+//     itself is the region's (region/catchup.go); Decide only refuses while the
+//     flag is set. Failovers (the Controller) are unplanned and never set it.
 //   - The Controller moves ranges only while it is the elected leader, and only
 //     through Move, so a stale leader can at worst cause an extra epoch bump,
 //     never two owners of one epoch.
@@ -37,10 +42,11 @@
 //
 //   - Decide: the rule above, pure.
 //   - Directory: Init (idempotent creation of the pins), Pins, Pin, Move (the
-//     one-transaction compare-and-set), Drain, Regions (live registrations).
+//     one-transaction compare-and-set), Drain, Settle (clears CatchUp),
+//     Regions (live registrations).
 //   - KeepAlive: one region's lease and registration, with LastKeepalive.
 //   - Authority: edge.Authority for one region (watch-fed pin table, Owner for
-//     forwarding).
+//     forwarding, CatchingUp and Seen for the planned-move barrier).
 //   - Controller: elected failover of dead regions' ranges.
 //   - Embedded: a single-member etcd server in-process (the embedded default);
 //     production points NewClient at an etcd cluster instead.

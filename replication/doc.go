@@ -10,7 +10,11 @@
 //   - Server (receiving side): a hand-written gRPC service
 //     likes.replication.v1.Replication with unary Push(Batch) → Cursor and
 //     Digest(DigestRequest) → DigestResponse, applying pushes to a Sink (this
-//     region's store). Messages are Go structs encoded as JSON by a codec
+//     region's store), and Heads(HeadsRequest) → HeadsResponse, the barrier of
+//     planned pin moves: a Fencer (the region) confirms it has seen the new
+//     pins and has no write under their older epochs in flight, then answers
+//     its own-log heads; the new owner writes once its cursor reaches them. A
+//     Sink that is also a PartsSink applies a push's partitions in one commit. Messages are Go structs encoded as JSON by a codec
 //     installed per connection (grpc.ForceCodecV2) and per server
 //     (ServerOptions → grpc.ForceServerCodecV2); nothing is registered globally.
 //   - Membership: gossip on a bind address; node metadata is

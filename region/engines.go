@@ -68,8 +68,10 @@ type Engines struct {
 	Kafka KafkaEngine
 	// Cache is "inproc" (default) or "redis".
 	Cache string
-	// Redis configures Cache "redis".
-	Redis RedisEngine
+	// Redis configures Cache "redis": Addr is required; Prefix defaults to
+	// "likes:" + region + ":" (so regions may share one Redis); the rest take
+	// redisstore's defaults (100ms per call, cache TTL 1m, overlay TTL 30s).
+	Redis redisstore.Config
 }
 
 // CassandraEngine configures the Cassandra store.
@@ -103,24 +105,12 @@ type KafkaEngine struct {
 	// ReplicationFactor of topics the region creates (default 1; 3 in
 	// production, with min.insync.replicas=2).
 	ReplicationFactor int16
-	// PollInterval is how often the relay looks at an idle log partition
-	// (default 20ms); HeartbeatInterval bounds how often an idle partition's
-	// watermark is published (default 250ms).
+	// PollInterval is how often the relay looks at a log partition nobody
+	// wrote to (default 100ms: the region wakes a partition's relay as soon as
+	// a write appends to it, so polling only carries idle watermarks and
+	// events of other processes); HeartbeatInterval bounds how often an idle
+	// partition's watermark is published (default 250ms).
 	PollInterval, HeartbeatInterval time.Duration
-}
-
-// RedisEngine configures the Redis cache, overlay and limiters.
-type RedisEngine struct {
-	// Addr is host:port (required).
-	Addr     string
-	Username string
-	Password string
-	DB       int
-	// Prefix of every key (default "likes:" + region + ":", so regions may
-	// share one Redis).
-	Prefix string
-	// Timeout bounds one call (default 100ms; Redis is never waited on longer).
-	Timeout time.Duration
 }
 
 // normalize fills the defaults in and checks the combination.
@@ -188,6 +178,9 @@ func (e *Engines) normalize(region string, cluster bool) error {
 		}
 		if k.HeartbeatInterval == 0 {
 			k.HeartbeatInterval = 250 * time.Millisecond
+		}
+		if k.PollInterval == 0 {
+			k.PollInterval = 100 * time.Millisecond
 		}
 		if cluster {
 			bad("a multi-region Cluster needs Log %q: replication ships the store's log and cells, and has not been proven with Kafka offsets as cell positions", LogStore)
@@ -280,7 +273,7 @@ func (r *Region) openStore(ctx context.Context) error {
 		}
 		st, err := cassandra.Open(ctx, cassandra.Options{
 			Session: sess, Keyspace: c.Keyspace, Region: cfg.Name, Partitions: cfg.Partitions, Clock: cfg.Clock,
-			Consistency: cons, Serial: serial,
+			Consistency: cons, Serial: serial, IssueEvery: cassandraIssueEvery,
 			OnError: func(err error) { r.log.Warn("cassandra background work failed; retrying", "err", err) },
 		})
 		if err != nil {
@@ -303,6 +296,32 @@ func (r *Region) openStore(ctx context.Context) error {
 		r.Store, r.Backend, r.recount = st, st, st.RecountItem
 	}
 	return nil
+}
+
+// cassandraIssueEvery is how often a reader of an idle Cassandra log
+// partition records its watermark with a lightweight transaction. The store's
+// default (50ms) costs 20 LWTs per second per partition while the relay polls;
+// on a small Cassandra that alone took over a core for 16 idle partitions.
+const cassandraIssueEvery = 200 * time.Millisecond
+
+// kickingStore wakes the relay of the partition a write appended an event to,
+// so the relay publishes it at once instead of at its next poll.
+type kickingStore struct {
+	Backend
+	r *Region
+}
+
+func (k kickingStore) Apply(ctx context.Context, req edge.Request) (edge.Decision, error) {
+	d, err := k.Backend.Apply(ctx, req)
+	if err == nil && d.Event != nil {
+		k.r.pmu.Lock()
+		rl := k.r.Relay
+		k.r.pmu.Unlock()
+		if rl != nil {
+			rl.Kick(edge.PartitionOf(req.Item, edge.BucketOf(req.User), k.Backend.Partitions()))
+		}
+	}
+	return d, err
 }
 
 // openLog opens what the aggregators read: the store's own log, or the Kafka
@@ -464,10 +483,7 @@ func openCaching(cfg Config) (caching, error) {
 		return c, nil
 	}
 	rc := cfg.Engines.Redis
-	s, err := redisstore.Open(redisstore.Config{
-		Addr: rc.Addr, Username: rc.Username, Password: rc.Password, DB: rc.DB, Prefix: rc.Prefix, Timeout: rc.Timeout,
-		CacheTTL: time.Minute, OverlayTTL: 30 * time.Second,
-	})
+	s, err := redisstore.Open(rc)
 	if err != nil {
 		return c, fmt.Errorf("region: Redis: %w", err)
 	}

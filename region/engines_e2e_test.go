@@ -33,6 +33,7 @@ import (
 
 	"likes/auth"
 	"likes/store/cassandra"
+	"likes/store/redisstore"
 )
 
 // engineEnv names the real servers; ok is false (with the reason) when one is missing.
@@ -113,7 +114,7 @@ func engineConfig(t testing.TB, env engineEnv, name string) Engines {
 		Log:       LogKafka,
 		Kafka:     KafkaEngine{Brokers: env.kafka, Topic: topic, PollInterval: 10 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond},
 		Cache:     CacheRedis,
-		Redis:     RedisEngine{Addr: env.redis, Prefix: "likes-e2e:" + tag + ":", Timeout: 500 * time.Millisecond},
+		Redis:     redisstore.Config{Addr: env.redis, Prefix: "likes-e2e:" + tag + ":", Timeout: 500 * time.Millisecond},
 	}
 }
 
@@ -225,9 +226,9 @@ func TestEnginesEndToEnd(t *testing.T) {
 	env := realEngines(t)
 	engines := engineConfig(t, env, "one")
 	const (
-		users       = 16
-		items       = 5
-		opsPerUser  = 24
+		users       = 24
+		items       = 6
+		opsPerUser  = 32
 		partitions  = 4
 		loadTimeout = 4 * time.Minute
 	)

@@ -24,7 +24,6 @@ package region
 // processes (their pid files from scripts/servers.sh) is reported apart.
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -47,6 +46,7 @@ type measEngines struct {
 	errs, vErrs            int64
 	cpuUs                  float64 // process CPU per uniform write (region + loadgen)
 	engineCPUUs            float64 // engines' processes CPU per uniform write
+	perEngineUs            string  // the same, per process
 	cellWrites, vChanged   uint64
 	cellsPerLike           float64
 	load0, load1, settleUs string
@@ -95,8 +95,8 @@ func TestMeasureEngines(t *testing.T) {
 	avg := func(a, b float64) float64 { return (a + b) / 2 }
 	t.Logf("RESULTS (workers %d, phases %v each)", workers, dur)
 	for _, r := range results {
-		t.Logf("  %-8s uniform %.0f writes/s p50 %.0f ms p99 %.0f ms staleness p99 %.0f ms errors %d | viral %.0f writes/s p99 %.0f ms staleness p99 %.0f ms errors %d | cell writes %d / viral changed likes %d = %.4f per like event | process CPU/write %.0f µs, engines' CPU/write %.0f µs | load %s → %s",
-			r.name, r.rate, r.p50, r.p99, r.stale, r.errs, r.vRate, r.vP99, r.vStale, r.vErrs, r.cellWrites, r.vChanged, r.cellsPerLike, r.cpuUs, r.engineCPUUs, r.load0, r.load1)
+		t.Logf("  %-8s uniform %.0f writes/s p50 %.0f ms p99 %.0f ms staleness p99 %.0f ms errors %d | viral %.0f writes/s p99 %.0f ms staleness p99 %.0f ms errors %d | cell writes %d / viral changed likes %d = %.4f per like event | process CPU/write %.0f µs, engines' CPU/write %.0f µs (%s) | load %s → %s",
+			r.name, r.rate, r.p50, r.p99, r.stale, r.errs, r.vRate, r.vP99, r.vStale, r.vErrs, r.cellWrites, r.vChanged, r.cellsPerLike, r.cpuUs, r.engineCPUUs, r.perEngineUs, r.load0, r.load1)
 	}
 	t.Logf("  engines ÷ embedded (mean of the two embedded runs): write throughput %.2f, write p99 %.2f, staleness p99 %.2f, viral throughput %.2f, viral p99 %.2f, viral staleness p99 %.2f, cell writes per viral like %.4f vs %.4f",
 		eng.rate/avg(emb.rate, emb2.rate), eng.p99/avg(emb.p99, emb2.p99), eng.stale/avg(emb.stale, emb2.stale),
@@ -117,7 +117,7 @@ func measureOne(t *testing.T, cfg Config, name, runID string, dur time.Duration,
 			t.Errorf("%s: Close: %v", name, err)
 		}
 	}()
-	out := measEngines{name: name, load0: loadAvg()}
+	out := measEngines{name: name, load0: loadgen.LoadAverage()}
 	run := func(phase string) *loadgen.PhaseReport {
 		ctx, cancel := context.WithTimeout(context.Background(), dur+3*time.Minute)
 		defer cancel()
@@ -161,9 +161,9 @@ func measureOne(t *testing.T, cfg Config, name, runID string, dur time.Duration,
 		}
 	}
 	eng0 := engineCPU(t)
-	cpu0 := procCPU(t, os.Getpid())
+	cpu0 := cpuOf(os.Getpid())
 	u := run(loadgen.PhaseUniform)
-	cpu1 := procCPU(t, os.Getpid())
+	cpu1 := cpuOf(os.Getpid())
 	eng1 := engineCPU(t)
 	out.rate, out.p50, out.p99, out.errs = u.Throughput, u.Latency.P50Ms, u.Latency.P99Ms, u.ErrorCount()
 	if u.Staleness != nil {
@@ -171,7 +171,13 @@ func measureOne(t *testing.T, cfg Config, name, runID string, dur time.Duration,
 	}
 	if u.OK > 0 {
 		out.cpuUs = float64((cpu1 - cpu0).Microseconds()) / float64(u.OK)
-		out.engineCPUUs = float64((eng1 - eng0).Microseconds()) / float64(u.OK)
+		var parts []string
+		for _, name := range engineNames {
+			d := float64((eng1[name] - eng0[name]).Microseconds()) / float64(u.OK)
+			out.engineCPUUs += d
+			parts = append(parts, fmt.Sprintf("%s %.0f", name, d))
+		}
+		out.perEngineUs = strings.Join(parts, ", ")
 	}
 	settle("uniform writes")
 	cw0 := r.CellWrites()
@@ -185,73 +191,44 @@ func measureOne(t *testing.T, cfg Config, name, runID string, dur time.Duration,
 	if out.vChanged > 0 {
 		out.cellsPerLike = float64(out.cellWrites) / float64(out.vChanged)
 	}
-	out.load1 = loadAvg()
+	out.load1 = loadgen.LoadAverage()
 	return out
 }
 
 // newAdmin2 is an admin view of r without registering its metrics again.
 func newAdmin2(r *Region) *admin { return &admin{r: r} }
 
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
+// cpuOf is a process's CPU time (0 if unreadable).
+func cpuOf(pid int) time.Duration {
+	d, _ := loadgen.ProcessCPU(pid)
+	return d
 }
 
-// procCPU is a process's user + system CPU time from /proc (0 if unreadable).
-func procCPU(t *testing.T, pid int) time.Duration {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * (time.Second / 100) // USER_HZ = 100 on Linux
-}
+var engineNames = []string{"cassandra", "kafka", "redis"}
 
-// engineCPU sums the CPU time of the servers scripts/servers.sh started
-// (cassandra, kafka, redis), found by their pid files.
-func engineCPU(t *testing.T) time.Duration {
+// engineCPU reads the CPU time of each server scripts/servers.sh started,
+// found by its pid file.
+func engineCPU(t *testing.T) map[string]time.Duration {
 	t.Helper()
+	out := map[string]time.Duration{}
 	home := os.Getenv("LIKES_SERVERS_HOME")
 	if home == "" {
 		h, err := os.UserHomeDir()
 		if err != nil {
-			return 0
+			return out
 		}
 		home = filepath.Join(h, ".cache", "likes-servers")
 	}
-	var total time.Duration
-	for _, name := range []string{"cassandra", "kafka", "redis"} {
-		f, err := os.Open(filepath.Join(home, "run", name+".pid"))
+	for _, name := range engineNames {
+		b, err := os.ReadFile(filepath.Join(home, "run", name+".pid"))
 		if err != nil {
 			continue
 		}
-		sc := bufio.NewScanner(f)
-		if sc.Scan() {
-			if fields := strings.Fields(sc.Text()); len(fields) > 0 {
-				if pid, err := strconv.Atoi(fields[0]); err == nil {
-					total += procCPU(t, pid)
-				}
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			if pid, err := strconv.Atoi(f[0]); err == nil {
+				out[name] = cpuOf(pid)
 			}
 		}
-		_ = f.Close()
 	}
-	return total
+	return out
 }

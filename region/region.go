@@ -199,8 +199,12 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 			regions = cfg.Cluster.Regions
 		}
 	}
+	var writes edge.Store = st
+	if cfg.Engines.Log == LogKafka {
+		writes = kickingStore{Backend: st, r: r}
+	}
 	r.Service, err = edge.NewService(edge.ServiceConfig{
-		Store: st, Overlay: caches.overlay, Clock: cfg.Clock,
+		Store: writes, Overlay: caches.overlay, Clock: cfg.Clock,
 		Authority: authority, Forwarder: forwarder, UnsafeNoIdempotency: cfg.Unsafe.NoIdempotency,
 	})
 	if err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -62,10 +60,10 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *serverPID > 0 {
 		pid := *serverPID
-		if _, err := procCPU(pid); err != nil {
+		if _, err := loadgen.ProcessCPU(pid); err != nil {
 			return fmt.Errorf("bench: --server-pid: %w", err)
 		}
-		cfg.ServerCPU = func() (time.Duration, error) { return procCPU(pid) }
+		cfg.ServerCPU = func() (time.Duration, error) { return loadgen.ProcessCPU(pid) }
 	}
 	if !*quiet {
 		cfg.Progress = func(p loadgen.Progress) {
@@ -95,28 +93,4 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return errors.New("bench: interrupted; the report above is partial")
 	}
 	return nil
-}
-
-// procCPU reads the user+system CPU time of a local process from
-// /proc/PID/stat (Linux; clock ticks of 1/100 s, the kernel's USER_HZ).
-func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) may hold spaces: split after its closing ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 { // f[0] is field 3 (state); utime and stime are fields 14 and 15
-		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
-	}
-	ut, err1 := strconv.ParseUint(f[11], 10, 64)
-	st, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: bad utime/stime", pid)
-	}
-	return time.Duration(ut+st) * 10 * time.Millisecond, nil
 }

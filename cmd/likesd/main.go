@@ -39,6 +39,7 @@ import (
 	"likes/auth"
 	"likes/epoch"
 	"likes/region"
+	"likes/store/redisstore"
 )
 
 func main() {
@@ -166,7 +167,7 @@ func (e *engineFlags) build(name string) (region.Engines, error) {
 		eng.Kafka = region.KafkaEngine{Brokers: split(e.kafka), Topic: e.topic, ReplicationFactor: int16(e.kafkaRF)}
 	}
 	if e.cache == region.CacheRedis {
-		eng.Redis = region.RedisEngine{Addr: e.redis, Prefix: e.redisPrefix, DB: e.redisDB, Password: os.Getenv("LIKES_REDIS_PASSWORD")}
+		eng.Redis = redisstore.Config{Addr: e.redis, Prefix: e.redisPrefix, DB: e.redisDB, Password: os.Getenv("LIKES_REDIS_PASSWORD")}
 	}
 	return eng, nil
 }

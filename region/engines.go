@@ -233,7 +233,7 @@ func parseSerial(s string) (gocql.SerialConsistency, error) {
 	case "LOCAL_SERIAL":
 		return gocql.LocalSerial, nil
 	}
-	return 0, fmt.Errorf("Cassandra serial consistency %q: want SERIAL or LOCAL_SERIAL", s)
+	return 0, fmt.Errorf("serial consistency %q: want SERIAL or LOCAL_SERIAL", s)
 }
 
 // Backend is what a region needs of its store, whichever engine holds it:
@@ -463,11 +463,10 @@ func (c countingCells) Commit(ctx context.Context, w pipeline.Window) error {
 
 // caching is the count cache, session overlay and limiters of a region.
 type caching struct {
-	cache       counts.Cache
-	overlay     edge.Overlay
-	user, ip    api.Limiter
-	redis       *redisstore.Store
-	description string
+	cache    counts.Cache
+	overlay  edge.Overlay
+	user, ip api.Limiter
+	redis    *redisstore.Store
 }
 
 func openCaching(cfg Config) (caching, error) {

@@ -40,16 +40,16 @@ import (
 )
 
 type measEngines struct {
-	name                   string
-	rate, p50, p99, stale  float64 // writes/s, ms, ms, ms (uniform)
-	vRate, vP99, vStale    float64 // viral
-	errs, vErrs            int64
-	cpuUs                  float64 // process CPU per uniform write (region + loadgen)
-	engineCPUUs            float64 // engines' processes CPU per uniform write
-	perEngineUs            string  // the same, per process
-	cellWrites, vChanged   uint64
-	cellsPerLike           float64
-	load0, load1, settleUs string
+	name                  string
+	rate, p50, p99, stale float64 // writes/s, ms, ms, ms (uniform)
+	vRate, vP99, vStale   float64 // viral
+	errs, vErrs           int64
+	cpuUs                 float64 // process CPU per uniform write (region + loadgen)
+	engineCPUUs           float64 // engines' processes CPU per uniform write
+	perEngineUs           string  // the same, per process
+	cellWrites, vChanged  uint64
+	cellsPerLike          float64
+	load0, load1          string
 }
 
 func TestMeasureEngines(t *testing.T) {

@@ -146,10 +146,12 @@ func failoverWindows(in CheckInput, res *CheckResult) []FailoverWindow {
 		byRange[v.Range][v.Epoch] = v
 	}
 	var out []FailoverWindow
+	counted := map[PlannedMove]bool{} // a planned move has two versions: catching up, settled
 	for _, v := range in.Pins {
-		if v.Epoch <= 1 {
+		if v.Epoch <= 1 || counted[PlannedMove{v.Range, v.Epoch}] {
 			continue
 		}
+		counted[PlannedMove{v.Range, v.Epoch}] = true
 		if in.Planned[PlannedMove{v.Range, v.Epoch}] {
 			res.PlannedMoves++
 			continue

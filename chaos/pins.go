@@ -23,6 +23,9 @@ type PinVersion struct {
 	ModRev    int64     `json:"modRev"`
 	Seen      time.Time `json:"seen"`
 	Planned   bool      `json:"planned,omitempty"`
+	// CatchUp: the new owner of a planned move has not caught up yet (it
+	// refuses writes); a later version of the same epoch clears it.
+	CatchUp bool `json:"catchUp,omitempty"`
 }
 
 // PinWatcher records every version of every pin from the first revision on,
@@ -111,11 +114,12 @@ func decodePinKV(prefix string, key, val []byte) (PinVersion, error) {
 		Region      string `json:"region"`
 		Epoch       uint64 `json:"epoch"`
 		NotBeforeMs int64  `json:"notBeforeMs"`
+		CatchUp     bool   `json:"catchUp"`
 	}
 	if err := json.Unmarshal(val, &pv); err != nil {
 		return PinVersion{}, fmt.Errorf("pin %d: %w", rng, err)
 	}
-	v := PinVersion{Range: uint32(rng), Region: pv.Region, Epoch: pv.Epoch}
+	v := PinVersion{Range: uint32(rng), Region: pv.Region, Epoch: pv.Epoch, CatchUp: pv.CatchUp}
 	if pv.NotBeforeMs != 0 {
 		v.NotBefore = time.UnixMilli(pv.NotBeforeMs)
 	}

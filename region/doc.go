@@ -1,8 +1,19 @@
-// Package region wires one region of likes together on the embedded default: the
-// Pebble store, the aggregator group, the edge service and eraser, the count
-// reader, the in-process overlay, cache and limiters, and the HTTP API.
+// Package region wires one region of likes together: the store, the
+// aggregator group, the edge service and eraser, the count reader, the
+// overlay, cache and limiters, and the HTTP API.
+//
+// Config.Engines chooses the backend of each role (DESIGN section 7); its zero
+// value is the embedded default (Pebble under DataDir, the aggregators tailing
+// its log in process, in-process cache, overlay and limiters). Store
+// "cassandra" keeps edges, the outbox log and cells in a Cassandra keyspace;
+// Log "kafka" adds a relay that publishes the store's log to Kafka, which the
+// aggregators read (cells, dedupe state and positions stay in the store, so
+// the fence works on Kafka offsets); Cache "redis" serves the count cache,
+// overlay and limiters from Redis. Every choice implements the same contracts,
+// and a multi-region Cluster needs the embedded store and log. See Engines.
 //
 // Lifecycle: Open starts every component; Close stops them in dependency order
-// (API callers first, then the eraser, the aggregators, the count reader, and
-// the store last) and is idempotent.
+// (API callers first, then the eraser, the aggregators, the count reader, the
+// relay and the Kafka log, replication, and the store last, then its
+// Cassandra session and Redis) and is idempotent.
 package region

@@ -2,7 +2,7 @@
 // Relay that publishes a region's committed outbox to a topic, and a Log that
 // serves that topic to the aggregators as a pipeline.Log.
 //
-//	edge write ─atomic─► outbox (any pipeline.Log: the Pebble log today, a Cassandra outbox later)
+//	edge write ─atomic─► outbox (any pipeline.Log: the Pebble log or the Cassandra outbox; region.Engines wires them)
 //	                      │ Relay: partition p → topic partition p, in order,
 //	                      │        idempotent producer, acks=all, key item#bucket
 //	                      ▼

@@ -224,7 +224,19 @@ func (c *e2eClient) getJSON(ctx context.Context, path string, out any) error {
 // the model's, and reconciliation finds no mismatch.
 func TestEnginesEndToEnd(t *testing.T) {
 	env := realEngines(t)
-	engines := engineConfig(t, env, "one")
+	t.Run("cassandra-kafka-redis", func(t *testing.T) {
+		endToEnd(t, engineConfig(t, env, "one"), "")
+	})
+	// The embedded store with the Kafka log: the relay publishes the Pebble
+	// log, the aggregators read Kafka and commit to Pebble.
+	t.Run("pebble-kafka", func(t *testing.T) {
+		e := engineConfig(t, env, "peb")
+		e.Store, e.Cassandra, e.Cache, e.Redis = StorePebble, CassandraEngine{}, CacheInproc, redisstore.Config{}
+		endToEnd(t, e, t.TempDir())
+	})
+}
+
+func endToEnd(t *testing.T, engines Engines, dataDir string) {
 	const (
 		users       = 24
 		items       = 6
@@ -238,7 +250,7 @@ func TestEnginesEndToEnd(t *testing.T) {
 	}
 	ctx := context.Background()
 	r, err := Open(ctx, Config{
-		Name: "us", Partitions: partitions, Window: 100 * time.Millisecond, Secret: e2eSecret,
+		Name: "us", DataDir: dataDir, Partitions: partitions, Window: 100 * time.Millisecond, Secret: e2eSecret,
 		UserRate: 500, Engines: engines, Logger: logger,
 	})
 	if err != nil {
@@ -251,7 +263,9 @@ func TestEnginesEndToEnd(t *testing.T) {
 			t.Errorf("Close: %v", err)
 		}
 	}()
-	if r.Store != nil || r.Cassandra == nil || r.Relay == nil || r.KafkaLog == nil || r.Redis == nil {
+	onCassandra := engines.Store == StoreCassandra
+	if (r.Store == nil) != onCassandra || (r.Cassandra != nil) != onCassandra || r.Relay == nil || r.KafkaLog == nil ||
+		(r.Redis != nil) != (engines.Cache == CacheRedis) {
 		t.Fatalf("engines not wired: Store %v Cassandra %v Relay %v KafkaLog %v Redis %v", r.Store, r.Cassandra, r.Relay, r.KafkaLog, r.Redis)
 	}
 
@@ -469,7 +483,7 @@ func TestEnginesEndToEnd(t *testing.T) {
 	resp.Body.Close()
 	var st Status
 	if resp.StatusCode != 200 || json.Unmarshal(body, &st) != nil || st.RelayLag == nil || *st.RelayLag != 0 ||
-		st.AggregatorLag != 0 || !strings.Contains(st.Engines, "store=cassandra") {
+		st.AggregatorLag != 0 || !strings.Contains(st.Engines, "store="+engines.Store) {
 		t.Errorf("status: HTTP %d %s", resp.StatusCode, body)
 	}
 	var relayed, polled uint64

@@ -169,6 +169,10 @@ func (e *engineFlags) build(name string) (region.Engines, error) {
 	if e.cache == region.CacheRedis {
 		eng.Redis = redisstore.Config{Addr: e.redis, Prefix: e.redisPrefix, DB: e.redisDB, Password: os.Getenv("LIKES_REDIS_PASSWORD")}
 	}
+	check := eng // Validate fills defaults in: keep the flags' values as given
+	if err := check.Validate(name, false); err != nil {
+		return region.Engines{}, err
+	}
 	return eng, nil
 }
 

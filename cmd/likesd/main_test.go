@@ -1,0 +1,42 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+// TestRunRefusesBadEngineCombinations: `likesd run` names the problem with an
+// engine choice before it listens or dials anything.
+func TestRunRefusesBadEngineCombinations(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run"}, "--region is required"},
+		{[]string{"run", "--region", "us", "--store", "cassandra"}, "--store cassandra needs --cassandra"},
+		{[]string{"run", "--region", "us", "--log", "kafka"}, "--log kafka needs --kafka"},
+		{[]string{"run", "--region", "us", "--cache", "redis"}, "--cache redis needs --redis"},
+		{[]string{"run", "--region", "us", "--cassandra", "127.0.0.1"}, "need --store cassandra"},
+		{[]string{"run", "--region", "us", "--keyspace", "k"}, "need --store cassandra"},
+		{[]string{"run", "--region", "us", "--kafka", "127.0.0.1:9092"}, "need --log kafka"},
+		{[]string{"run", "--region", "us", "--redis", "127.0.0.1:6379"}, "need --cache redis"},
+		{[]string{"run", "--region", "us", "--kafka-replication", "0"}, "--kafka-replication 0 out of range"},
+		{[]string{"run", "--region", "us", "--regions", "us,eu"}, "--etcd is required with several --regions"},
+		{[]string{"run", "--region", "us", "--seeds", "127.0.0.1:7946"}, "--seeds and --peer-addrs need --etcd"},
+		{[]string{"run", "--region", "us", "--etcd", "http://127.0.0.1:1", "--store", "cassandra", "--cassandra", "127.0.0.1"},
+			"run a standalone region: drop --etcd"},
+		{[]string{"run", "--region", "us", "--etcd", "http://127.0.0.1:1", "--log", "kafka", "--kafka", "127.0.0.1:9092"},
+			"run a standalone region: drop --etcd"},
+		{[]string{"run", "--region", "us", "--store", "mysql"}, `unknown Store "mysql"`},
+		{[]string{"dev", "--regions", "us,eu", "--store", "cassandra", "--cassandra", "127.0.0.1"}, "run one region only"},
+		{[]string{"dev", "--regions", "us", "--cache", "redis"}, "--cache redis needs --redis"},
+	} {
+		var out, errb bytes.Buffer
+		err := run(context.Background(), tc.args, &out, &errb)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("likesd %s: error %v, want one mentioning %q", strings.Join(tc.args, " "), err, tc.want)
+		}
+	}
+}

@@ -168,7 +168,7 @@ func decodeEvent(v []byte) (edge.Event, error) {
 		return edge.Event{}, d.err
 	case len(d.b) != 0:
 		return edge.Event{}, fmt.Errorf("%w: %d trailing bytes", errPoison, len(d.b))
-	case ev.Kind < edge.KindFlip || ev.Kind > edge.KindReconcile:
+	case ev.Kind < edge.KindFlip || ev.Kind > edge.LastKind:
 		return edge.Event{}, fmt.Errorf("%w: kind %d", errPoison, ev.Kind)
 	case ev.State > crdt.Erased:
 		return edge.Event{}, fmt.Errorf("%w: state %d", errPoison, ev.State)

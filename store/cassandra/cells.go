@@ -163,30 +163,41 @@ func (s *Store) Commit(ctx context.Context, w pipeline.Window) error {
 				item, s.opts.Region, int(w.Partition), k.User)
 		}
 	}
+	// The items' batches are independent partitions and any subset of them
+	// may be written when a crash stops the window (see the package doc), so
+	// they run in parallel: a window touching many items costs about one LWT
+	// round, not one per item.
+	var withCells, dedupeOnly []string
 	for _, item := range names {
-		iw := items[item]
-		if len(iw.cells) == 0 {
-			continue
+		switch iw := items[item]; {
+		case len(iw.cells) > 0:
+			withCells = append(withCells, item)
+		case len(iw.dedupe) > 0:
+			dedupeOnly = append(dedupeOnly, item)
 		}
+	}
+	if err := parallel(len(withCells), func(i int) error {
+		item := withCells[i]
+		iw := items[item]
 		if err := s.commitItem(ctx, iw.cells, w, exists, func(b *gocql.Batch) { addDedupe(b, item, iw.dedupe) }); err != nil {
 			return err
 		}
-		if err := s.crashPoint("cell-written"); err != nil {
-			return err
-		}
+		return s.crashPoint("cell-written")
+	}); err != nil {
+		return err
 	}
 	// 3. Dedupe rows without a cell, then the position.
-	for _, item := range names {
-		iw := items[item]
-		if len(iw.cells) > 0 || len(iw.dedupe) == 0 {
-			continue
-		}
+	if err := parallel(len(dedupeOnly), func(i int) error {
+		item := dedupeOnly[i]
 		b := s.s.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
 		b.SetConsistency(s.opts.Consistency)
-		addDedupe(b, item, iw.dedupe)
+		addDedupe(b, item, items[item].dedupe)
 		if err := s.s.ExecuteBatch(b); err != nil {
 			return fmt.Errorf("cassandra: dedupe state of %q: %w", item, err)
 		}
+		return nil
+	}); err != nil {
+		return err
 	}
 	return s.write(ctx, s.q.positionPut, int(w.Partition), int64(w.Through), w.Watermark).Exec()
 }

@@ -125,8 +125,10 @@
 // ErrFenced having written nothing); then, per item, one conditional batch on
 // the item's partition writes the cell IF hwm = Expect (IF NOT EXISTS for a
 // new one) together with the dedupe rows of that item's edges, so a cell and
-// the dedupe state of the events it holds commit atomically; then dedupe rows
-// without a cell; the position and watermark last. After a crash mid-window
+// the dedupe state of the events it holds commit atomically (the items'
+// batches run in parallel, since any subset of them may be what a crash
+// leaves); then dedupe rows without a cell; the position and watermark last,
+// only after every batch succeeded. After a crash mid-window
 // the aggregator replays from the old position, and its per-cell filter (skip
 // events with Pos <= cell.HWM, skip cells with Through <= HWM) adds nothing to
 // the cells already written and writes the rest. Dedupe rows being in the

@@ -78,18 +78,6 @@ func measEnvInt(t *testing.T, name string, def int) int {
 	return n
 }
 
-func measLoad() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
-}
-
 func TestMeasure(t *testing.T) {
 	if os.Getenv("LIKES_MEASURE") != "1" {
 		t.Skip("opt-in measurement for BENCHMARKS.md: LIKES_MEASURE=1 go test ./region -run TestMeasure -v -timeout 20m")
@@ -114,7 +102,7 @@ func TestMeasure(t *testing.T) {
 		t.Logf("\n==== TestMeasure summary ====\n%s\n", strings.Join(sum, "\n"))
 	})
 	started := time.Now()
-	note("machine: %d logical CPUs (shared); load average at start %s", runtime.NumCPU(), measLoad())
+	note("machine: %d logical CPUs (shared); load average at start %s", runtime.NumCPU(), loadgen.LoadAverage())
 	note("settings: loadgen uniform-writes %v, %d workers, %d users, 10000 items; partition items %d", dur, workers, workers*50, nItems)
 
 	// 1. One region alone (A).
@@ -126,7 +114,7 @@ func TestMeasure(t *testing.T) {
 	var tri measTri
 	clusterOK := t.Run("cluster", func(t *testing.T) {
 		c, links := startMeasureTri(t)
-		note("[2] three regions up after %v (load %s)", time.Since(started).Round(time.Second), measLoad())
+		note("[2] three regions up after %v (load %s)", time.Since(started).Round(time.Second), loadgen.LoadAverage())
 
 		// 3. Load through us, staleness at eu/ap, bytes per event.
 		tri = measTriLoad(t, c, dur, workers)
@@ -151,7 +139,7 @@ func TestMeasure(t *testing.T) {
 		}
 		note("[3] drain after load stopped (all replication + aggregator lags 0): %v", tri.drain.Round(10*time.Millisecond))
 		note("[3] replication during load: %s", tri.bytes)
-		note("[3] load average after load phase: %s", measLoad())
+		note("[3] load average after load phase: %s", loadgen.LoadAverage())
 
 		// 4. Partition with N items, heal, converge.
 		part := measPartition(t, c, links, nItems)
@@ -170,7 +158,7 @@ func TestMeasure(t *testing.T) {
 	note("RATIO three regions ÷ one region, writes/s: %.2f (%.0f ÷ mean(%.0f, %.0f)); process CPU per write: %.0f µs vs %.0f/%.0f µs (×%.2f)",
 		tri.load.rate/mean1, tri.load.rate, singleA.rate, singleB.rate,
 		tri.load.cpuUs, singleA.cpuUs, singleB.cpuUs, tri.load.cpuUs/((singleA.cpuUs+singleB.cpuUs)/2))
-	note("total %v; load average at end %s", time.Since(started).Round(time.Second), measLoad())
+	note("total %v; load average at end %s", time.Since(started).Round(time.Second), loadgen.LoadAverage())
 }
 
 func q(h *loadgen.Histogram, p float64) time.Duration {
@@ -192,7 +180,7 @@ func (r measLoadResult) String() string {
 
 func measRun(t *testing.T, url, runID string, dur time.Duration, workers int) (measLoadResult, *loadgen.Report) {
 	t.Helper()
-	out := measLoadResult{load0: measLoad()}
+	out := measLoadResult{load0: loadgen.LoadAverage()}
 	ctx, cancel := context.WithTimeout(context.Background(), dur+2*time.Minute)
 	defer cancel()
 	rep, err := loadgen.Run(ctx, loadgen.Config{
@@ -202,7 +190,7 @@ func measRun(t *testing.T, url, runID string, dur time.Duration, workers int) (m
 	if err != nil {
 		t.Fatalf("loadgen: %v", err)
 	}
-	out.load1 = measLoad()
+	out.load1 = loadgen.LoadAverage()
 	ph := rep.Phase(loadgen.PhaseUniform)
 	if ph == nil {
 		t.Fatal("loadgen: no uniform-writes phase")
@@ -819,7 +807,7 @@ func measPartition(t *testing.T, c *triCluster, links []*measProxy, nItems int) 
 	for _, l := range links {
 		l.setCut(true)
 	}
-	say("partition: cut %d links (us→ap, eu→ap, ap→us, ap→eu) at load %s; gossip and etcd stay up, so ap keeps its pins", len(links), measLoad())
+	say("partition: cut %d links (us→ap, eu→ap, ap→us, ap→eu) at load %s; gossip and etcd stay up, so ap keeps its pins", len(links), loadgen.LoadAverage())
 
 	// Write one like on each of nItems items, in-process at the owner.
 	writeStart := time.Now()
@@ -861,7 +849,7 @@ func measPartition(t *testing.T, c *triCluster, links []*measProxy, nItems int) 
 		t.Fatalf("%d of %d partition writes failed; first: %v", n, nItems, firstErr.Load())
 	}
 	say("wrote %d likes on distinct items in-process (edge.Service.Set at the owner, 64 goroutines) in %v = %.0f writes/s; by region: us %d, eu %d, ap %d; load %s",
-		nItems, writeDur.Round(10*time.Millisecond), float64(nItems)/writeDur.Seconds(), writtenAt["us"], writtenAt["eu"], writtenAt["ap"], measLoad())
+		nItems, writeDur.Round(10*time.Millisecond), float64(nItems)/writeDur.Seconds(), writtenAt["us"], writtenAt["eu"], writtenAt["ap"], loadgen.LoadAverage())
 
 	// Let every aggregator fold its own log, so the heal measures replication.
 	c.poll(t, 3*time.Minute, "aggregators to fold during the partition", func() (bool, string) {
@@ -986,7 +974,7 @@ func measPartition(t *testing.T, c *triCluster, links []*measProxy, nItems int) 
 	say("CONVERGENCE after heal: %v (sample of %d items in all 3 regions at %v; every peer acknowledged every log event and cell change, every aggregator at its log head at %v); "+
 		"%d items = %.0f items/s; %d (region, item) pairs crossed the cut links = %.0f pairs/s; load %s",
 		conv.Round(10*time.Millisecond), nSample, sampleDone.Round(10*time.Millisecond), quietAt.Round(10*time.Millisecond),
-		nItems, float64(nItems)/conv.Seconds(), catchUp, float64(catchUp)/conv.Seconds(), measLoad())
+		nItems, float64(nItems)/conv.Seconds(), catchUp, float64(catchUp)/conv.Seconds(), loadgen.LoadAverage())
 
 	// Full check: every item, every region (not timed into the convergence).
 	t0 := time.Now()

@@ -8,6 +8,7 @@ import (
 
 	"likes/crdt"
 	"likes/edge"
+	"likes/internal/wire"
 	"likes/pipeline"
 )
 
@@ -106,131 +107,59 @@ func prefixEnd(p []byte) []byte {
 	return nil
 }
 
-// dec reads varints and strings, remembering the first error.
-type dec struct {
-	b   []byte
-	err error
+func newDec(v []byte) wire.Decoder { return wire.NewDecoder(v, errCorrupt) }
+
+func decodeUvarint(v []byte) (uint64, error) {
+	d := newDec(v)
+	return d.Uvarint(), d.Err()
 }
 
-func (d *dec) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.err = errCorrupt
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
+func decodeVarint(v []byte) (int64, error) {
+	d := newDec(v)
+	return d.Varint(), d.Err()
 }
-
-func (d *dec) varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.err = errCorrupt
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *dec) str() string {
-	n := d.uvarint()
-	if d.err != nil {
-		return ""
-	}
-	if uint64(len(d.b)) < n {
-		d.err = errCorrupt
-		return ""
-	}
-	s := string(d.b[:n])
-	d.b = d.b[n:]
-	return s
-}
-
-func appendStr(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
-func appendVersion(b []byte, v crdt.Version) []byte {
-	b = binary.AppendUvarint(b, v.Epoch)
-	return binary.AppendUvarint(b, v.Op)
-}
-
-func (d *dec) version() crdt.Version { return crdt.Version{Epoch: d.uvarint(), Op: d.uvarint()} }
 
 func encodeEdge(e edge.Edge) []byte {
 	b := []byte{byte(e.State)}
-	b = appendVersion(b, e.Version)
+	b = wire.AppendVersion(b, e.Version)
 	return binary.AppendVarint(b, e.UpdatedAt)
 }
 
 func decodeEdge(item, user string, v []byte) (edge.Edge, error) {
-	if len(v) < 1 {
-		return edge.Edge{}, errCorrupt
-	}
-	d := dec{b: v[1:]}
-	e := edge.Edge{Item: item, User: user, State: crdt.State(v[0]), Version: d.version(), UpdatedAt: d.varint()}
-	return e, d.err
+	d := newDec(v)
+	e := edge.Edge{Item: item, User: user, State: crdt.State(d.Byte()), Version: d.Version(), UpdatedAt: d.Varint()}
+	return e, d.Err()
 }
 
 func encodeEvent(ev edge.Event) []byte {
 	b := []byte{byte(ev.Kind), byte(ev.State)}
 	b = binary.AppendVarint(b, int64(ev.Delta))
-	b = appendStr(b, ev.Item)
-	b = appendStr(b, ev.User)
-	b = appendVersion(b, ev.Version)
+	b = wire.AppendStr(b, ev.Item)
+	b = wire.AppendStr(b, ev.User)
+	b = wire.AppendVersion(b, ev.Version)
 	b = binary.AppendVarint(b, ev.EventTime)
-	if ev.Idem == nil {
-		return append(b, 0)
-	}
-	flags := byte(1)
-	if ev.Idem.Liked {
-		flags |= 2
-	}
-	if ev.Idem.Changed {
-		flags |= 4
-	}
-	b = append(b, flags)
-	b = appendStr(b, ev.Idem.Key)
-	b = appendStr(b, ev.Idem.Fingerprint)
-	return binary.AppendVarint(b, ev.Idem.ExpiresAt)
+	return wire.AppendIdem(b, ev.Idem)
 }
 
 func decodeEvent(part uint32, pos uint64, v []byte) (edge.Event, error) {
-	if len(v) < 3 {
-		return edge.Event{}, errCorrupt
-	}
-	d := dec{b: v[2:]}
-	ev := edge.Event{Partition: part, Pos: pos, Kind: edge.Kind(v[0]), State: crdt.State(v[1])}
-	delta := d.varint()
+	d := newDec(v)
+	ev := edge.Event{Partition: part, Pos: pos, Kind: edge.Kind(d.Byte()), State: crdt.State(d.Byte())}
+	delta := d.Varint()
 	if delta < math.MinInt32 || delta > math.MaxInt32 {
-		return ev, errCorrupt
+		d.Fail()
 	}
 	ev.Delta = int32(delta)
-	ev.Item = d.str()
-	ev.User = d.str()
-	ev.Version = d.version()
-	ev.EventTime = d.varint()
+	ev.Item = d.Str()
+	ev.User = d.Str()
+	ev.Version = d.Version()
+	ev.EventTime = d.Varint()
 	ev.Bucket = edge.BucketOf(ev.User)
-	if d.err == nil && len(d.b) > 0 && d.b[0]&1 != 0 {
-		flags := d.b[0]
-		d.b = d.b[1:]
-		ev.Idem = &edge.IdemRef{Liked: flags&2 != 0, Changed: flags&4 != 0}
-		ev.Idem.Key = d.str()
-		ev.Idem.Fingerprint = d.str()
-		ev.Idem.ExpiresAt = d.varint()
-	}
-	return ev, d.err
+	ev.Idem = d.Idem()
+	return ev, d.Err()
 }
 
 func encodeIdem(r edge.IdemRecord) []byte {
-	b := appendStr(nil, r.Fingerprint)
+	b := wire.AppendStr(nil, r.Fingerprint)
 	flags := byte(0)
 	if r.Answer.Liked {
 		flags |= 1
@@ -243,19 +172,12 @@ func encodeIdem(r edge.IdemRecord) []byte {
 }
 
 func decodeIdem(item, user string, v []byte) (edge.IdemRecord, error) {
-	d := dec{b: v}
-	r := edge.IdemRecord{Fingerprint: d.str()}
-	if d.err == nil && len(d.b) < 1 {
-		d.err = errCorrupt
-	}
-	if d.err != nil {
-		return r, d.err
-	}
-	flags := d.b[0]
-	d.b = d.b[1:]
-	r.ExpiresAt = d.varint()
+	d := newDec(v)
+	r := edge.IdemRecord{Fingerprint: d.Str()}
+	flags := d.Byte()
+	r.ExpiresAt = d.Varint()
 	r.Answer = edge.Answer{Item: item, User: user, Liked: flags&1 != 0, Changed: flags&2 != 0}
-	return r, d.err
+	return r, d.Err()
 }
 
 func encodeCell(c crdt.Cell) []byte {
@@ -266,50 +188,27 @@ func encodeCell(c crdt.Cell) []byte {
 }
 
 func decodeCell(v []byte) (crdt.Cell, error) {
-	d := dec{b: v}
-	c := crdt.Cell{P: d.uvarint(), N: d.uvarint(), HWM: d.uvarint(), Watermark: d.varint()}
-	return c, d.err
+	d := newDec(v)
+	c := crdt.Cell{P: d.Uvarint(), N: d.Uvarint(), HWM: d.Uvarint(), Watermark: d.Varint()}
+	return c, d.Err()
 }
 
 func encodeApplied(a pipeline.Applied) []byte {
-	return appendVersion(appendVersion(nil, a.Write), a.Correction)
+	return wire.AppendVersion(wire.AppendVersion(nil, a.Write), a.Correction)
 }
 
 func decodeApplied(v []byte) (pipeline.Applied, error) {
-	d := dec{b: v}
-	a := pipeline.Applied{Write: d.version(), Correction: d.version()}
-	return a, d.err
+	d := newDec(v)
+	a := pipeline.Applied{Write: d.Version(), Correction: d.Version()}
+	return a, d.Err()
 }
 
-func encodeBranches(bs crdt.Branches) []byte {
-	b := binary.AppendUvarint(nil, uint64(len(bs)))
-	for _, br := range bs {
-		b = binary.AppendUvarint(b, br.Epoch)
-		b = appendVersion(b, br.Base.Version)
-		b = append(b, byte(br.Base.State))
-	}
-	return b
-}
+func encodeBranches(bs crdt.Branches) []byte { return wire.AppendBranches(nil, bs) }
 
 func decodeBranches(v []byte) (crdt.Branches, error) {
-	d := dec{b: v}
-	n := d.uvarint()
-	if n > 1<<16 {
-		return nil, errCorrupt
-	}
-	var bs crdt.Branches
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		br := crdt.Branch{Epoch: d.uvarint()}
-		br.Base.Version = d.version()
-		if d.err == nil && len(d.b) > 0 {
-			br.Base.State = crdt.State(d.b[0])
-			d.b = d.b[1:]
-		} else if d.err == nil {
-			d.err = errCorrupt
-		}
-		bs = append(bs, br)
-	}
-	return bs, d.err
+	d := newDec(v)
+	bs := d.Branches()
+	return bs, d.Err()
 }
 
 func encodePos(pos uint64, wm int64) []byte {
@@ -317,9 +216,9 @@ func encodePos(pos uint64, wm int64) []byte {
 }
 
 func decodePos(v []byte) (uint64, int64, error) {
-	d := dec{b: v}
-	p, w := d.uvarint(), d.varint()
-	return p, w, d.err
+	d := newDec(v)
+	p, w := d.Uvarint(), d.Varint()
+	return p, w, d.Err()
 }
 
 func wrapCorrupt(what string, key []byte, err error) error {
@@ -338,27 +237,10 @@ func encodeBranchRec(r branchRec) []byte {
 }
 
 func decodeBranchRec(v []byte) (branchRec, error) {
-	d := dec{b: v}
-	n := d.uvarint()
-	if d.err != nil || n > 1<<16 {
-		return branchRec{}, errCorrupt
+	d := newDec(v)
+	r := branchRec{bs: d.Branches()}
+	if d.Err() == nil && d.Len() > 0 {
+		r.corrections = d.Uvarint()
 	}
-	bs, err := decodeBranches(v)
-	if err != nil {
-		return branchRec{}, err
-	}
-	// Skip the branches (varint epoch, varint epoch, varint op, state byte each).
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		d.uvarint()
-		d.version()
-		if len(d.b) == 0 {
-			return branchRec{}, errCorrupt
-		}
-		d.b = d.b[1:]
-	}
-	r := branchRec{bs: bs}
-	if d.err == nil && len(d.b) > 0 {
-		r.corrections = d.uvarint()
-	}
-	return r, d.err
+	return r, d.Err()
 }

@@ -158,10 +158,7 @@ func (s *Store) ApplyRemoteParts(ctx context.Context, from string, parts []repli
 
 func (s *Store) applyRemotePart(b *pebble.Batch, w *batchWriter, from string, p replication.RemotePart) error {
 	ck := remotePosKey(from, p.Partition)
-	cur, _, err := getInto(b, ck, func(v []byte) (uint64, error) {
-		d := dec{b: v}
-		return d.uvarint(), d.err
-	})
+	cur, _, err := getInto(b, ck, decodeUvarint)
 	if err != nil {
 		return err
 	}
@@ -273,10 +270,7 @@ func (s *Store) MergeCells(_ context.Context, from string, cells []replication.C
 		}
 	}
 	rk := remoteCellKey(from)
-	prev, _, err := getInto(s.db, rk, func(v []byte) (uint64, error) {
-		d := dec{b: v}
-		return d.uvarint(), d.err
-	})
+	prev, _, err := getInto(s.db, rk, decodeUvarint)
 	if err != nil {
 		return err
 	}
@@ -285,10 +279,7 @@ func (s *Store) MergeCells(_ context.Context, from string, cells []replication.C
 	}
 	if watermark > 0 {
 		wk := remoteWMKey(from)
-		old, _, err := getInto(s.db, wk, func(v []byte) (int64, error) {
-			d := dec{b: v}
-			return d.varint(), d.err
-		})
+		old, _, err := getInto(s.db, wk, decodeVarint)
 		if err != nil {
 			return err
 		}
@@ -303,19 +294,13 @@ func (s *Store) MergeCells(_ context.Context, from string, cells []replication.C
 func (s *Store) Cursor(_ context.Context, from string) (replication.Cursor, error) {
 	c := replication.Cursor{Log: make([]uint64, s.opts.Partitions)}
 	for p := range c.Log {
-		v, _, err := getInto(s.db, remotePosKey(from, uint32(p)), func(v []byte) (uint64, error) {
-			d := dec{b: v}
-			return d.uvarint(), d.err
-		})
+		v, _, err := getInto(s.db, remotePosKey(from, uint32(p)), decodeUvarint)
 		if err != nil {
 			return c, err
 		}
 		c.Log[p] = v
 	}
-	v, _, err := getInto(s.db, remoteCellKey(from), func(v []byte) (uint64, error) {
-		d := dec{b: v}
-		return d.uvarint(), d.err
-	})
+	v, _, err := getInto(s.db, remoteCellKey(from), decodeUvarint)
 	c.Cells = v
 	return c, err
 }

@@ -11,6 +11,7 @@ import (
 
 	"likes/crdt"
 	"likes/edge"
+	"likes/internal/wire"
 )
 
 // Record headers. Every record the relay writes carries HeaderFormat and
@@ -56,118 +57,32 @@ func encodeEvent(ev edge.Event) []byte {
 	b = append(b, byte(ev.Kind), byte(ev.State))
 	b = binary.AppendUvarint(b, uint64(ev.Bucket))
 	b = binary.AppendVarint(b, int64(ev.Delta))
-	b = binary.AppendUvarint(b, ev.Version.Epoch)
-	b = binary.AppendUvarint(b, ev.Version.Op)
+	b = wire.AppendVersion(b, ev.Version)
 	b = binary.AppendVarint(b, ev.EventTime)
-	b = appendStr(b, ev.Item)
-	b = appendStr(b, ev.User)
-	if ev.Idem == nil {
-		return append(b, 0)
-	}
-	flags := byte(1)
-	if ev.Idem.Liked {
-		flags |= 2
-	}
-	if ev.Idem.Changed {
-		flags |= 4
-	}
-	b = append(b, flags)
-	b = appendStr(b, ev.Idem.Key)
-	b = appendStr(b, ev.Idem.Fingerprint)
-	return binary.AppendVarint(b, ev.Idem.ExpiresAt)
-}
-
-func appendStr(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) fail() {
-	if d.err == nil {
-		d.err = errPoison
-	}
-}
-
-func (d *decoder) byte() byte {
-	if d.err != nil || len(d.b) == 0 {
-		d.fail()
-		return 0
-	}
-	c := d.b[0]
-	d.b = d.b[1:]
-	return c
-}
-
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail()
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail()
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) str() string {
-	n := d.uvarint()
-	if d.err != nil || n > uint64(len(d.b)) {
-		d.fail()
-		return ""
-	}
-	s := string(d.b[:n])
-	d.b = d.b[n:]
-	return s
+	b = wire.AppendStr(b, ev.Item)
+	b = wire.AppendStr(b, ev.User)
+	return wire.AppendIdem(b, ev.Idem)
 }
 
 // decodeEvent inverts encodeEvent, strictly: anything but an exact, plausible
 // encoding is poison.
 func decodeEvent(v []byte) (edge.Event, error) {
-	d := decoder{b: v}
+	d := wire.NewDecoder(v, errPoison)
 	var ev edge.Event
-	ev.Kind = edge.Kind(d.byte())
-	ev.State = crdt.State(d.byte())
-	bucket := d.uvarint()
-	delta := d.varint()
-	ev.Version.Epoch = d.uvarint()
-	ev.Version.Op = d.uvarint()
-	ev.EventTime = d.varint()
-	ev.Item = d.str()
-	ev.User = d.str()
-	if flags := d.byte(); d.err == nil && flags != 0 {
-		if flags&^7 != 0 || flags&1 == 0 {
-			d.fail()
-		}
-		ev.Idem = &edge.IdemRef{Liked: flags&2 != 0, Changed: flags&4 != 0}
-		ev.Idem.Key = d.str()
-		ev.Idem.Fingerprint = d.str()
-		ev.Idem.ExpiresAt = d.varint()
-	}
+	ev.Kind = edge.Kind(d.Byte())
+	ev.State = crdt.State(d.Byte())
+	bucket := d.Uvarint()
+	delta := d.Varint()
+	ev.Version = d.Version()
+	ev.EventTime = d.Varint()
+	ev.Item = d.Str()
+	ev.User = d.Str()
+	ev.Idem = d.Idem()
 	switch {
-	case d.err != nil:
-		return edge.Event{}, d.err
-	case len(d.b) != 0:
-		return edge.Event{}, fmt.Errorf("%w: %d trailing bytes", errPoison, len(d.b))
+	case d.Err() != nil:
+		return edge.Event{}, d.Err()
+	case d.Len() != 0:
+		return edge.Event{}, fmt.Errorf("%w: %d trailing bytes", errPoison, d.Len())
 	case ev.Kind < edge.KindFlip || ev.Kind > edge.LastKind:
 		return edge.Event{}, fmt.Errorf("%w: kind %d", errPoison, ev.Kind)
 	case ev.State > crdt.Erased:

@@ -12,6 +12,15 @@
 // overlay and limiters from Redis. Every choice implements the same contracts,
 // and a multi-region Cluster needs the embedded store and log. See Engines.
 //
+// With a Cluster (DESIGN section 5) the region also runs: its etcd lease, the
+// pin Authority, the failover Controller, the gRPC replication and forwarding
+// services, memberlist, the Shipper, and the planned-move barrier (catchup.go:
+// the new owner of a planned move asks every live region for its log heads,
+// waits for its replication cursors to reach them, then settles the pin; the
+// fencer answers those questions here, after its writes in flight under the
+// old epoch have reached the log). Each of these owns one loop, closed by
+// Close.
+//
 // Lifecycle: Open starts every component; Close stops them in dependency order
 // (API callers first, then the eraser, the aggregators, the count reader, the
 // relay and the Kafka log, replication, and the store last, then its

@@ -205,12 +205,6 @@ func decodeApplied(v []byte) (pipeline.Applied, error) {
 
 func encodeBranches(bs crdt.Branches) []byte { return wire.AppendBranches(nil, bs) }
 
-func decodeBranches(v []byte) (crdt.Branches, error) {
-	d := newDec(v)
-	bs := d.Branches()
-	return bs, d.Err()
-}
-
 func encodePos(pos uint64, wm int64) []byte {
 	return binary.AppendVarint(binary.AppendUvarint(nil, pos), wm)
 }

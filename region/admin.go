@@ -52,6 +52,9 @@ type Status struct {
 	Peers            any               `json:"replication,omitempty"`
 	LastKeepaliveAgo string            `json:"lastKeepaliveAgo,omitempty"`
 	PinsOwned        int               `json:"pinsOwned,omitempty"`
+	// PinsCatchingUp are owned ranges of planned moves still waiting for the
+	// other regions' logs (their writes answer 503 until then).
+	PinsCatchingUp int `json:"pinsCatchingUp,omitempty"`
 }
 
 // Status implements api.Admin.
@@ -85,6 +88,7 @@ func (a *admin) Status(ctx context.Context) (any, error) {
 				st.PinsOwned++
 			}
 		}
+		st.PinsCatchingUp = len(c.authority.CatchingUp())
 	}
 	return st, nil
 }

@@ -435,6 +435,10 @@ func testTriPinMove(t *testing.T, c *triCluster, users []string) {
 				return false, fmt.Sprintf("range %d: %+v", p.Range, p)
 			}
 		}
+		st, err := c.status(c.byName["eu"])
+		if err != nil || st.CatchingUp != 0 {
+			return false, fmt.Sprintf("eu status: %d pins catching up, %v", st.CatchingUp, err)
+		}
 		return true, ""
 	})
 	stop.Store(true)

@@ -398,6 +398,7 @@ type triStatus struct {
 	AsOf          string            `json:"asOf"`
 	AggregatorLag uint64            `json:"aggregatorLagEvents"`
 	PinsOwned     int               `json:"pinsOwned"`
+	CatchingUp    int               `json:"pinsCatchingUp"`
 	Peers         []struct {
 		Region     string
 		Active     bool

@@ -254,6 +254,12 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 		return fail(err)
 	}
 	r.registerPipelineMetrics()
+	if r.cluster != nil {
+		r.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "likes_pins_catching_up",
+			Help: "Ranges this region owns by a planned move but may not write yet: it is catching up on the other live regions' logs (alert if it stays nonzero: a peer is unreachable).",
+		}, func() float64 { return float64(len(r.cluster.authority.CatchingUp())) }))
+	}
 	if e := cfg.Engines; e.Store != StorePebble || e.Log != LogStore || e.Cache != CacheInproc {
 		log.Info("region engines", "engines", cfg.Engines.String())
 	}

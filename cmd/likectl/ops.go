@@ -220,6 +220,7 @@ func regions(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			AggregatorLag uint64 `json:"aggregatorLagEvents"`
 			KeepaliveAgo  string `json:"lastKeepaliveAgo"`
 			PinsOwned     int    `json:"pinsOwned"`
+			CatchingUp    int    `json:"pinsCatchingUp"`
 			Peers         []struct {
 				Region    string
 				LagEvents uint64
@@ -245,7 +246,11 @@ func regions(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			}
 			peers = append(peers, s)
 		}
-		fmt.Fprintf(tw, "%s\t%s\talive\t%s\t%d\t%s\t%d\t%s\n", r.Name, r.HTTP, st.KeepaliveAgo, st.PinsOwned, st.AsOf, st.AggregatorLag, strings.Join(peers, "; "))
+		pins := fmt.Sprint(st.PinsOwned)
+		if st.CatchingUp > 0 {
+			pins += fmt.Sprintf(" (%d catching up)", st.CatchingUp)
+		}
+		fmt.Fprintf(tw, "%s\t%s\talive\t%s\t%s\t%s\t%d\t%s\n", r.Name, r.HTTP, st.KeepaliveAgo, pins, st.AsOf, st.AggregatorLag, strings.Join(peers, "; "))
 	}
 	return tw.Flush()
 }

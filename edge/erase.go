@@ -105,7 +105,7 @@ func (e *Eraser) Start(ctx context.Context, user string) (ErasureJob, error) {
 			j = ErasureJob{User: user, State: ErasureRunning, StartedAt: e.cfg.Clock.Now().UnixMilli()}
 		}
 		j.Remote = false
-		if err := e.cfg.Jobs.PutErasure(ctx, j); err != nil {
+		if err := e.cfg.Service.Admit(ctx, user, func() error { return e.cfg.Jobs.PutErasure(ctx, j) }); err != nil {
 			e.mu.Unlock()
 			return ErasureJob{}, err
 		}

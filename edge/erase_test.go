@@ -2,6 +2,7 @@ package edge_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -101,5 +102,39 @@ func TestQuiesceWaitsForAuthorizedWrites(t *testing.T) {
 	}
 	if err := <-quiesced; err != nil {
 		t.Fatalf("Quiesce after the write finished: %v", err)
+	}
+}
+
+type refusingAuthority struct{}
+
+func (refusingAuthority) Authorize(context.Context, string) (uint64, error) {
+	return 0, edge.ErrFailClosed
+}
+
+// An erasure starts only where the user's writes may happen now: elsewhere
+// Start fails (the API answers 503 and the client retries at the home region)
+// and stores no job.
+func TestEraserStartsOnlyWithWriteAuthority(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewFake(time.UnixMilli(1_700_000_000_000))
+	st, err := pebblestore.Open(pebblestore.Options{Dir: "/db", FS: vfs.NewMem(), Region: "eu", Partitions: 2, Clock: clk, CacheBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = st.Close() }()
+	svc, err := edge.NewService(edge.ServiceConfig{Store: st, Overlay: inproc.NewOverlay(clk, time.Minute), Clock: clk, Authority: refusingAuthority{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	er, err := edge.NewEraser(ctx, edge.EraserConfig{Service: svc, Store: st, Jobs: st, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = er.Close() }()
+	if _, err := er.Start(ctx, "u1"); !errors.Is(err, edge.ErrFailClosed) {
+		t.Fatalf("Start without authority: %v, want ErrFailClosed", err)
+	}
+	if _, ok, err := st.Erasure(ctx, "u1"); ok || err != nil {
+		t.Fatalf("a job was stored without authority (ok=%v, err=%v)", ok, err)
 	}
 }

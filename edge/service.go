@@ -188,6 +188,20 @@ func (s *Service) ApplyLocal(ctx context.Context, req Request) (ForwardResult, e
 	return ForwardResult{Answer: d.Answer, State: d.Edge.State, Version: d.Edge.Version}, nil
 }
 
+// Admit runs fn as a local write of user's range that is not an edge write:
+// only if this region may write the range now (Authority), and ordered with
+// Quiesce like every local write. The eraser starts a job through it, so a
+// job's start (and its replicated mark) can never land in the log after the
+// heads a planned move's new owner waits for.
+func (s *Service) Admit(ctx context.Context, user string, fn func() error) error {
+	s.writes.RLock()
+	defer s.writes.RUnlock()
+	if _, err := s.cfg.Authority.Authorize(ctx, user); err != nil {
+		return err
+	}
+	return fn()
+}
+
 // Quiesce returns once every local write authorized before the call has
 // reached the store (committed or failed). A region that has seen a pin move
 // away calls it before reporting its log heads to the new owner (the planned

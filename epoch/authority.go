@@ -136,6 +136,9 @@ func (a *Authority) Pins() []Pin {
 	return out
 }
 
+// Self is the region this Authority decides for.
+func (a *Authority) Self() string { return a.cfg.Self }
+
 // CatchingUp lists the pins naming this region that wait for it to catch up
 // after a planned move (Pin.CatchUp), by range.
 func (a *Authority) CatchingUp() []Pin {

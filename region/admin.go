@@ -81,7 +81,9 @@ func (a *admin) Status(ctx context.Context) (any, error) {
 		st.RelayLag = &lag
 	}
 	if c := a.r.cluster; c != nil {
-		st.Peers = c.shipper.Stats()
+		if c.shipper != nil {
+			st.Peers = c.shipper.Stats()
+		}
 		st.LastKeepaliveAgo = a.r.cfg.Clock.Now().Sub(c.keepalive.LastKeepalive()).Round(time.Millisecond).String()
 		for _, p := range c.authority.Pins() {
 			if p.Region == a.r.cfg.Name {
@@ -212,7 +214,7 @@ func (a *admin) quiescent(ctx context.Context) error {
 	}
 	if c := a.r.cluster; c != nil {
 		var errs []error
-		for _, p := range c.shipper.Stats() {
+		for _, p := range c.shipperStats() {
 			if p.Active && p.LagEvents > 0 {
 				errs = append(errs, fmt.Errorf("replication to %s is %d events behind", p.Region, p.LagEvents))
 			}

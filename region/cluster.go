@@ -85,8 +85,23 @@ type clusterParts struct {
 	once       sync.Once
 }
 
+// Peerless reports whether the cluster names no region but self: no Regions
+// other than self, no Seeds, no PeerAddrs. Such a region takes its write
+// authority from etcd (pins, epochs, its lease) but replicates with nobody,
+// so it may run on any engines.
+func (c *Cluster) Peerless(self string) bool {
+	for _, r := range c.Regions {
+		if r != self {
+			return false
+		}
+	}
+	return len(c.Seeds) == 0 && len(c.PeerAddrs) == 0
+}
+
 // startCluster brings up leases, the authority, the controller, the gRPC
 // services, membership and the shipper. The service is wired by the caller.
+// With st nil (a region on the production engines, Peerless) it starts only
+// the lease and the authority: pins and epochs in etcd, no replication.
 func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.Store, clk clock.Clock, log *slog.Logger) (*clusterParts, error) {
 	if c.Etcd == nil {
 		return nil, errors.New("region: Cluster.Etcd is required")
@@ -94,6 +109,9 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 	ecfg, err := c.Epoch.WithDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if st == nil && !c.Peerless(name) {
+		return nil, fmt.Errorf("region %s: only a region on the embedded store replicates; this Cluster names other regions", name)
 	}
 	p := &clusterParts{grpcDone: make(chan struct{})}
 	fail := func(err error) (*clusterParts, error) {
@@ -109,6 +127,9 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 			return fail(fmt.Errorf("region %s: init pins: %w", name, err))
 		}
 	}
+	if st == nil {
+		return p.startAuthority(ctx, name, c, ecfg, "", clk)
+	}
 	listen := c.GRPCListen
 	if listen == "" {
 		listen = "127.0.0.1:0"
@@ -119,21 +140,8 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 	}
 	grpcAddr := p.grpcLn.Addr().String()
 
-	p.keepalive, err = epoch.StartKeepAlive(ctx, c.Etcd, epoch.KeepAliveConfig{
-		Config: ecfg, Region: epoch.RegionInfo{Name: name, HTTP: c.HTTPAdvertise, GRPC: grpcAddr}, Clock: clk,
-	})
-	if err != nil {
-		return fail(err)
-	}
-	p.authority, err = epoch.NewAuthority(c.Etcd, epoch.AuthorityConfig{Config: ecfg, Self: name, Freshness: p.keepalive, Clock: clk})
-	if err != nil {
-		return fail(err)
-	}
-	syncCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err = p.authority.WaitSynced(syncCtx)
-	cancel()
-	if err != nil {
-		return fail(fmt.Errorf("region %s: pin table did not sync: %w", name, err))
+	if _, err := p.startAuthority(ctx, name, c, ecfg, grpcAddr, clk); err != nil {
+		return nil, err // startAuthority closed p
 	}
 	pref := c.Preference
 	if len(pref) == 0 {
@@ -185,9 +193,39 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 	return p, nil
 }
 
+// startAuthority starts the region's lease keepalive and its pin Authority,
+// and waits for the pin table's first read.
+func (p *clusterParts) startAuthority(ctx context.Context, name string, c *Cluster, ecfg epoch.Config, grpcAddr string, clk clock.Clock) (*clusterParts, error) {
+	fail := func(err error) (*clusterParts, error) {
+		p.close()
+		return nil, err
+	}
+	var err error
+	p.keepalive, err = epoch.StartKeepAlive(ctx, c.Etcd, epoch.KeepAliveConfig{
+		Config: ecfg, Region: epoch.RegionInfo{Name: name, HTTP: c.HTTPAdvertise, GRPC: grpcAddr}, Clock: clk,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	p.authority, err = epoch.NewAuthority(c.Etcd, epoch.AuthorityConfig{Config: ecfg, Self: name, Freshness: p.keepalive, Clock: clk})
+	if err != nil {
+		return fail(err)
+	}
+	syncCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = p.authority.WaitSynced(syncCtx)
+	cancel()
+	if err != nil {
+		return fail(fmt.Errorf("region %s: pin table did not sync: %w", name, err))
+	}
+	return p, nil
+}
+
 // serve registers the forwarding service for svc and starts the gRPC server.
 func (p *clusterParts) serve(svc *edge.Service) {
 	p.svc = svc
+	if p.grpcSrv == nil {
+		return // peerless: nothing to serve
+	}
 	api.RegisterForward(p.grpcSrv, svc)
 	p.serving = true
 	go func() {
@@ -244,6 +282,14 @@ func (p *clusterParts) close() {
 	})
 }
 
+// shipperStats is the shipper's per-peer state (none for a peerless region).
+func (p *clusterParts) shipperStats() []replication.PeerStats {
+	if p.shipper == nil {
+		return nil
+	}
+	return p.shipper.Stats()
+}
+
 // GossipAddr is this region's memberlist address (host:port), to give other
 // regions as a seed; "" for a region without a Cluster.
 func (r *Region) GossipAddr() string {
@@ -277,6 +323,12 @@ func (p *clusterParts) userHome(user string) (bool, string, error) {
 	owner, _ := p.authority.Owner(user)
 	if owner == "" {
 		return false, "", fmt.Errorf("region: no pin for user's range")
+	}
+	if p.member == nil { // peerless: this region is the only one
+		if owner == p.authority.Self() {
+			return true, "", nil
+		}
+		return false, "", fmt.Errorf("region: range pinned to %s, a region this one does not replicate with", owner)
 	}
 	if owner == p.member.Self().Region {
 		return true, "", nil

@@ -10,7 +10,8 @@
 // aggregators read (cells, dedupe state and positions stay in the store, so
 // the fence works on Kafka offsets); Cache "redis" serves the count cache,
 // overlay and limiters from Redis. Every choice implements the same contracts,
-// and a multi-region Cluster needs the embedded store and log. See Engines.
+// and a multi-region Cluster needs the embedded store and log (a peerless one,
+// pins and lease only, works on any). See Engines.
 //
 // With a Cluster (DESIGN section 5) the region also runs: its etcd lease, the
 // pin Authority, the failover Controller, the gRPC replication and forwarding

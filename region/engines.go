@@ -55,7 +55,9 @@ const (
 //     limiters are in Redis (redisstore). A dead Redis degrades to the store.
 //
 // A multi-region Cluster needs Store "pebble" and Log "store": replication
-// ships the Pebble log and cells, and has no Cassandra source or sink yet.
+// ships the Pebble log and cells, and has no Cassandra source or sink yet. A
+// peerless Cluster (Cluster.Peerless) works on every engine: the region takes
+// its pins, epochs and lease from etcd and replicates with nobody.
 type Engines struct {
 	// Store is "pebble" (default) or "cassandra".
 	Store string

@@ -3,10 +3,10 @@ package region
 // The end-to-end test of one region on the production engines: Cassandra
 // (edges, outbox, cells), Kafka (the committed log the aggregators read, fed
 // by the relay) and Redis (count cache, overlay, limiters), against the real
-// servers of scripts/servers.sh (`make test-engines` runs it). etcd is not
-// part of it: a region on Cassandra runs without a Cluster (Open refuses one),
-// so pins and leases on an external etcd are proven by epoch's contract suite
-// (epoch/epochtest against LIKES_TEST_ETCD_ENDPOINTS).
+// servers of scripts/servers.sh (`make test-engines` runs it), and etcd
+// (LIKES_TEST_ETCD_ENDPOINTS): the Cassandra region is a peerless Cluster
+// member, taking its pins, epochs and lease from the external etcd (through a
+// fault-injecting proxy, so the test can cut it and see writes fail closed).
 
 import (
 	"context"
@@ -32,6 +32,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"likes/auth"
+	"likes/chaos/proxy"
+	"likes/epoch"
+	"likes/epoch/epochtest"
 	"likes/store/cassandra"
 	"likes/store/redisstore"
 )
@@ -224,19 +227,51 @@ func (c *e2eClient) getJSON(ctx context.Context, path string, out any) error {
 // the model's, and reconciliation finds no mismatch.
 func TestEnginesEndToEnd(t *testing.T) {
 	env := realEngines(t)
-	t.Run("cassandra-kafka-redis", func(t *testing.T) {
-		endToEnd(t, engineConfig(t, env, "one"), "")
+	t.Run("cassandra-kafka-redis-etcd", func(t *testing.T) {
+		endToEnd(t, engineConfig(t, env, "one"), "", etcdThroughProxy(t))
 	})
 	// The embedded store with the Kafka log: the relay publishes the Pebble
 	// log, the aggregators read Kafka and commit to Pebble.
 	t.Run("pebble-kafka", func(t *testing.T) {
 		e := engineConfig(t, env, "peb")
 		e.Store, e.Cassandra, e.Cache, e.Redis = StorePebble, CassandraEngine{}, CacheInproc, redisstore.Config{}
-		endToEnd(t, e, t.TempDir())
+		endToEnd(t, e, t.TempDir(), nil)
 	})
 }
 
-func endToEnd(t *testing.T, engines Engines, dataDir string) {
+// etcdLink is the region's etcd client, dialled through a proxy the test can cut.
+type etcdLink struct {
+	cluster *Cluster
+	proxy   *proxy.Proxy
+}
+
+// etcdThroughProxy is a peerless Cluster on the external etcd under a fresh
+// prefix (TTL 2s), or nil (with a log line) when LIKES_TEST_ETCD_ENDPOINTS is unset.
+func etcdThroughProxy(t *testing.T) *etcdLink {
+	t.Helper()
+	eps := strings.TrimSpace(os.Getenv(epochtest.EnvEndpoints))
+	if eps == "" {
+		t.Logf("%s is unset: the region runs without etcd", epochtest.EnvEndpoints)
+		return nil
+	}
+	u, err := url.Parse(strings.Split(eps, ",")[0])
+	if err != nil {
+		t.Fatalf("%s: %v", epochtest.EnvEndpoints, err)
+	}
+	px, err := proxy.New("us->etcd", "127.0.0.1:0", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = px.Close() })
+	cli, err := epoch.NewClient([]string{"http://" + px.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return &etcdLink{proxy: px, cluster: &Cluster{Etcd: cli, Epoch: epochtest.Config(t, 16), Regions: []string{"us"}}}
+}
+
+func endToEnd(t *testing.T, engines Engines, dataDir string, etcd *etcdLink) {
 	const (
 		users       = 24
 		items       = 6
@@ -249,10 +284,14 @@ func endToEnd(t *testing.T, engines Engines, dataDir string) {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	ctx := context.Background()
-	r, err := Open(ctx, Config{
+	cfg := Config{
 		Name: "us", DataDir: dataDir, Partitions: partitions, Window: 100 * time.Millisecond, Secret: e2eSecret,
 		UserRate: 500, Engines: engines, Logger: logger,
-	})
+	}
+	if etcd != nil {
+		cfg.Cluster = etcd.cluster
+	}
+	r, err := Open(ctx, cfg)
 	if err != nil {
 		t.Fatalf("Open on the engines: %v", err)
 	}
@@ -486,6 +525,12 @@ func endToEnd(t *testing.T, engines Engines, dataDir string) {
 		st.AggregatorLag != 0 || !strings.Contains(st.Engines, "store="+engines.Store) {
 		t.Errorf("status: HTTP %d %s", resp.StatusCode, body)
 	}
+	if etcd != nil {
+		if st.PinsOwned != 16 || st.LastKeepaliveAgo == "" {
+			t.Errorf("status on etcd: %d pins owned (want 16), last keepalive %q", st.PinsOwned, st.LastKeepaliveAgo)
+		}
+		leaseLoss(t, ctx, c, etcd, want)
+	}
 	var relayed, polled uint64
 	for _, s := range r.Relay.Stats() {
 		relayed += s.Events
@@ -495,4 +540,59 @@ func endToEnd(t *testing.T, engines Engines, dataDir string) {
 	}
 	t.Logf("converged: counts %v; last relay published %d events, last aggregator group folded %d, cell writes %d",
 		want, relayed, polled, r.CellWrites())
+}
+
+// leaseLoss cuts the region's etcd link: within the lease TTL its writes fail
+// closed (503 not_authoritative, nothing written); once the link heals they
+// are accepted again, and the counts still equal the model (want gains the
+// one like written after the heal).
+func leaseLoss(t *testing.T, ctx context.Context, c *e2eClient, etcd *etcdLink, want map[string]int64) {
+	t.Helper()
+	const item = "lease-item"
+	likeStatus := func(key string) int {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/items/"+item+"/likes", nil)
+		req.Header.Set("Authorization", "Bearer "+c.tokens["u00"])
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := c.http.Do(req)
+		if err != nil {
+			return 0
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable && !strings.Contains(string(body), "not_authoritative") {
+			t.Errorf("503 without not_authoritative: %s", body)
+		}
+		return resp.StatusCode
+	}
+	unlike := op{item: item, user: "u00", key: "lease-unlike", like: false}
+	etcd.proxy.SetMode(proxy.Mode{Kind: proxy.Blackhole})
+	cut := time.Now()
+	// Writes acknowledged before the proof expired are fine; undo them after.
+	epochtest.Eventually(t, 3*etcd.cluster.Epoch.TTL+5*time.Second, "writes to fail closed after the etcd link is cut", func() bool {
+		return likeStatus(fmt.Sprintf("lease-%d", time.Now().UnixNano())) == http.StatusServiceUnavailable
+	})
+	t.Logf("writes failed closed %v after the etcd link was cut", time.Since(cut).Round(10*time.Millisecond))
+	etcd.proxy.SetMode(proxy.Mode{Kind: proxy.Pass})
+	healed := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if _, err := c.do(ctx, unlike); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("writes accepted again %v after the heal", time.Since(healed).Round(10*time.Millisecond))
+	if _, err := c.do(ctx, op{item: item, user: "u01", key: "lease-after", like: true}); err != nil {
+		t.Fatal(err)
+	}
+	want[item] = 1 // u00's likes were undone, u01's stays
+	epochtest.Eventually(t, time.Minute, "the counts to equal the model after the heal", func() bool {
+		for it, n := range want {
+			var cnt struct {
+				Count int64 `json:"count"`
+			}
+			if err := c.getJSON(ctx, "/v1/items/"+it+"/count", &cnt); err != nil || cnt.Count != n {
+				return false
+			}
+		}
+		return true
+	})
 }

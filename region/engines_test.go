@@ -41,7 +41,7 @@ func TestEnginesValidation(t *testing.T) {
 			cfg := config(t.TempDir())
 			cfg.Engines = tc.engines
 			if tc.cluster {
-				cfg.Cluster = &region.Cluster{} // refused before it is used
+				cfg.Cluster = &region.Cluster{Regions: []string{cfg.Name, "other"}} // refused before it is used
 			}
 			r, err := region.Open(context.Background(), cfg)
 			if err == nil {

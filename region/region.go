@@ -142,7 +142,7 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 	if len(cfg.Secret) == 0 {
 		return nil, errors.New("region: Config needs Secret")
 	}
-	if err := cfg.Engines.normalize(cfg.Name, cfg.Cluster != nil); err != nil {
+	if err := cfg.Engines.normalize(cfg.Name, cfg.Cluster != nil && !cfg.Cluster.Peerless(cfg.Name)); err != nil {
 		return nil, err
 	}
 	if cfg.DataDir == "" && cfg.Engines.Store == StorePebble {
@@ -188,10 +188,19 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 	var forwarder edge.Forwarder
 	regions := []string{cfg.Name}
 	if cfg.Cluster != nil {
-		if r.cluster, err = startCluster(ctx, cfg.Name, cfg.Cluster, r.Store, cfg.Clock, log); err != nil {
+		// Replication ships the embedded store's own log and cells; a region
+		// on the production engines takes only its write authority from etcd.
+		replica := r.Store
+		if cfg.Engines.Log != LogStore {
+			replica = nil
+		}
+		if r.cluster, err = startCluster(ctx, cfg.Name, cfg.Cluster, replica, cfg.Clock, log); err != nil {
 			return fail(err)
 		}
-		authority, forwarder = r.cluster.authority, r.cluster.forwarder
+		authority = r.cluster.authority
+		if r.cluster.forwarder != nil {
+			forwarder = r.cluster.forwarder
+		}
 		if cfg.Unsafe.NoLeaseCheck {
 			authority = noLeaseAuthority{a: r.cluster.authority, self: cfg.Name}
 		}

@@ -10,7 +10,8 @@
 // cleanly; a restart on the same --data keeps every acknowledged like.
 //
 // run starts one region. With --etcd it joins a multi-region cluster (pins,
-// leases, replication; embedded default store and log only). Without --etcd
+// leases, replication; embedded default store and log only), or, on the
+// production engines, takes its write authority (pins, lease) from etcd alone. Without --etcd
 // it runs standalone, owning every user range; the production engines are
 // chosen by flags: --store cassandra (edges, log, cells in a keyspace created
 // by `likectl migrate`), --log kafka (a relay publishes the log to a topic the
@@ -450,8 +451,8 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	switch {
 	case standalone && len(names) > 1:
 		return errors.New("run: --etcd is required with several --regions (pins and leases live in etcd)")
-	case !standalone && !c.engines.embedded():
-		return fmt.Errorf("run: --store %s --log %s run a standalone region: drop --etcd (a multi-region cluster replicates the embedded store and log only; Cassandra has no replication source or sink yet)",
+	case !standalone && !c.engines.embedded() && (len(names) > 1 || *seeds != "" || *peerAddrs != ""):
+		return fmt.Errorf("run: --store %s --log %s replicate with no other region: with --etcd such a region takes its pins and lease from etcd alone (--regions only itself, no --seeds or --peer-addrs); a multi-region cluster replicates the embedded store and log only (Cassandra has no replication source or sink yet)",
 			c.engines.store, c.engines.log)
 	case standalone && (*seeds != "" || *peerAddrs != ""):
 		return errors.New("run: --seeds and --peer-addrs need --etcd (a standalone region has no peers)")

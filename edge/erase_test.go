@@ -15,20 +15,34 @@ import (
 	"likes/store/pebblestore"
 )
 
-// A Remote job (a replica of an erasure another region runs) is left to its
-// origin by the Eraser's loop, and taken over by Start.
-func TestEraserLeavesRemoteJobsToTheirOrigin(t *testing.T) {
-	ctx := context.Background()
+// openMemStore opens an in-memory Pebble store of region "eu" on a fake clock.
+func openMemStore(t *testing.T) (*pebblestore.Store, *clock.Fake) {
+	t.Helper()
 	clk := clock.NewFake(time.UnixMilli(1_700_000_000_000))
 	st, err := pebblestore.Open(pebblestore.Options{Dir: "/db", FS: vfs.NewMem(), Region: "eu", Partitions: 2, Clock: clk, CacheBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = st.Close() }()
-	svc, err := edge.NewService(edge.ServiceConfig{Store: st, Overlay: inproc.NewOverlay(clk, time.Minute), Clock: clk})
+	t.Cleanup(func() { _ = st.Close() })
+	return st, clk
+}
+
+// newService is an edge service over store with an in-process overlay.
+func newService(t *testing.T, store edge.Store, clk clock.Clock, auth edge.Authority) *edge.Service {
+	t.Helper()
+	svc, err := edge.NewService(edge.ServiceConfig{Store: store, Overlay: inproc.NewOverlay(clk, time.Minute), Clock: clk, Authority: auth})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return svc
+}
+
+// A Remote job (a replica of an erasure another region runs) is left to its
+// origin by the Eraser's loop, and taken over by Start.
+func TestEraserLeavesRemoteJobsToTheirOrigin(t *testing.T) {
+	ctx := context.Background()
+	st, clk := openMemStore(t)
+	svc := newService(t, st, clk, nil)
 	for _, item := range []string{"a", "b"} {
 		if _, err := svc.Set(ctx, "u1", item, crdt.Liked, "k"+item); err != nil {
 			t.Fatal(err)
@@ -72,17 +86,9 @@ func (g *gatedStore) Apply(ctx context.Context, req edge.Request) (edge.Decision
 // Quiesce waits for every write already authorized to reach the store.
 func TestQuiesceWaitsForAuthorizedWrites(t *testing.T) {
 	ctx := context.Background()
-	clk := clock.NewFake(time.UnixMilli(1_700_000_000_000))
-	st, err := pebblestore.Open(pebblestore.Options{Dir: "/db", FS: vfs.NewMem(), Region: "eu", Partitions: 2, Clock: clk, CacheBytes: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = st.Close() }()
+	st, clk := openMemStore(t)
 	g := &gatedStore{Store: st, entered: make(chan struct{}, 1), gate: make(chan struct{})}
-	svc, err := edge.NewService(edge.ServiceConfig{Store: g, Overlay: inproc.NewOverlay(clk, time.Minute), Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := newService(t, g, clk, nil)
 	wrote := make(chan error, 1)
 	go func() {
 		_, err := svc.Set(ctx, "u1", "a", crdt.Liked, "k")
@@ -116,16 +122,8 @@ func (refusingAuthority) Authorize(context.Context, string) (uint64, error) {
 // and stores no job.
 func TestEraserStartsOnlyWithWriteAuthority(t *testing.T) {
 	ctx := context.Background()
-	clk := clock.NewFake(time.UnixMilli(1_700_000_000_000))
-	st, err := pebblestore.Open(pebblestore.Options{Dir: "/db", FS: vfs.NewMem(), Region: "eu", Partitions: 2, Clock: clk, CacheBytes: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = st.Close() }()
-	svc, err := edge.NewService(edge.ServiceConfig{Store: st, Overlay: inproc.NewOverlay(clk, time.Minute), Clock: clk, Authority: refusingAuthority{}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, clk := openMemStore(t)
+	svc := newService(t, st, clk, refusingAuthority{})
 	er, err := edge.NewEraser(ctx, edge.EraserConfig{Service: svc, Store: st, Jobs: st, Clock: clk})
 	if err != nil {
 		t.Fatal(err)

@@ -281,7 +281,13 @@ func (d *Directory) Move(ctx context.Context, rng uint32, expectEpoch uint64, to
 		if cur.NotBefore.After(start) {
 			start = cur.NotBefore
 		}
-		next := Pin{Range: rng, Region: to, Epoch: expectEpoch + 1, NotBefore: start, CatchUp: o.planned, From: cur.Region}
+		// A pin still catching up was never written by its owner: the
+		// region the next owner must catch up on is still the one before.
+		from := cur.Region
+		if cur.CatchUp && cur.From != "" {
+			from = cur.From
+		}
+		next := Pin{Range: rng, Region: to, Epoch: expectEpoch + 1, NotBefore: start, CatchUp: o.planned, From: from}
 		tr, err := d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
 			Then(clientv3.OpPut(key, encodePin(next))).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"sort"
 	"sync"
 	"time"
 
@@ -26,11 +27,13 @@ import (
 // erasure marks, is applied here before the new owner writes: no retry is
 // applied twice across a drain and no branch correction arises.
 //
-// A region whose lease has expired is not waited for (it is dead; its tail, if
-// it ever returns, merges through corrections as after a failover). A live
-// region that cannot be reached keeps the range closed: the operator either
-// heals the link or settles the pin by hand (likectl pins settle), accepting
-// an unplanned move's window.
+// The old owner is always waited for, even after its lease has expired (the
+// planned move promised its tail). Other regions are waited for while they
+// are live: one whose lease has expired is dead, and its tail, if it ever
+// returns, merges through corrections as after a failover. A region that
+// cannot be reached keeps the range closed: the operator either heals the
+// link or settles the pin by hand (likectl pins settle), accepting an
+// unplanned move's window.
 
 // headsAsker is the part of the replication transport the barrier uses.
 type headsAsker interface {
@@ -181,16 +184,38 @@ func (c *catchUp) check(ctx context.Context, r *catchUpRound) ([]string, error) 
 	if err != nil {
 		return nil, fmt.Errorf("read live regions: %w", err)
 	}
-	var waiting []string
+	// Wait for every live region, and for each pin's old owner even when its
+	// lease has expired: the old owner's tail is exactly what a planned move
+	// promises to deliver (a dead one blocks until it returns or an operator
+	// settles the pin).
+	fallback := map[string]string{} // region → the gRPC address it registered
 	for _, ri := range live {
-		if ri.Name == c.cfg.Self {
-			continue
+		fallback[ri.Name] = ri.GRPC
+	}
+	for _, p := range r.pins {
+		if _, ok := fallback[p.From]; !ok && p.From != "" {
+			fallback[p.From] = ""
 		}
+	}
+	names := make([]string, 0, len(fallback))
+	for name := range fallback {
+		if name != c.cfg.Self {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	var waiting []string
+	for _, name := range names {
+		ri := epoch.RegionInfo{Name: name, GRPC: fallback[name]}
 		heads, ok := r.heads[ri.Name]
 		if !ok {
 			addr, found := c.cfg.Resolve(ri.Name)
 			if !found {
 				addr = ri.GRPC
+			}
+			if addr == "" {
+				waiting = append(waiting, ri.Name+" (no address: not live)")
+				continue
 			}
 			hctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 			resp, err := c.cfg.Asker.Heads(hctx, replication.Peer{Region: ri.Name, GRPCAddr: addr},

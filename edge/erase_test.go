@@ -43,23 +43,48 @@ func TestEraserLeavesRemoteJobsToTheirOrigin(t *testing.T) {
 	ctx := context.Background()
 	st, clk := openMemStore(t)
 	svc := newService(t, st, clk, nil)
-	for _, item := range []string{"a", "b"} {
-		if _, err := svc.Set(ctx, "u1", item, crdt.Liked, "k"+item); err != nil {
-			t.Fatal(err)
+	for _, user := range []string{"u1", "u2"} {
+		for _, item := range []string{"a", "b"} {
+			if _, err := svc.Set(ctx, user, item, crdt.Liked, "k"+item); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	remote := edge.ErasureJob{User: "u1", State: edge.ErasureRunning, StartedAt: 1, Remote: true}
-	if err := st.PutErasure(ctx, remote); err != nil {
-		t.Fatal(err)
+	// u1's job is a replica of another region's; u2's is this region's own.
+	// The loop visits jobs in user order, so once it has finished u2's it has
+	// passed u1's.
+	for _, j := range []edge.ErasureJob{
+		{User: "u1", State: edge.ErasureRunning, StartedAt: 1, Remote: true},
+		{User: "u2", State: edge.ErasureRunning, StartedAt: 1},
+	} {
+		if err := st.PutErasure(ctx, j); err != nil {
+			t.Fatal(err)
+		}
 	}
 	er, err := edge.NewEraser(ctx, edge.EraserConfig{Service: svc, Store: st, Jobs: st, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = er.Close() }()
-	clk.Advance(3 * time.Second) // loop ticks: the remote job must stay untouched
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		j, _, err := st.Erasure(ctx, "u2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.State == edge.ErasureDone {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the eraser loop never finished this region's own job: %+v", j)
+		}
+		clk.Advance(time.Second) // the loop's tick
+	}
 	if liked, err := svc.Liked(ctx, "u1", "a"); err != nil || !liked {
 		t.Fatalf("a remote job was run here: liked=%v err=%v", liked, err)
+	}
+	if j, _, _ := st.Erasure(ctx, "u1"); !j.Remote || j.State != edge.ErasureRunning || j.Edges != 0 {
+		t.Fatalf("remote job after the loop ran: %+v", j)
 	}
 	j, err := er.Start(ctx, "u1")
 	if err != nil {

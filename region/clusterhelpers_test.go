@@ -97,15 +97,28 @@ func triDial(t *testing.T, e *epoch.Embedded) *clientv3.Client {
 	return cli
 }
 
+// triOpts adjusts a three-region cluster before it starts: epoch changes the
+// epoch configuration, region each region's configuration (defaults: 4
+// partitions, 50ms windows, anti-entropy every 500ms).
+type triOpts struct {
+	epoch  func(*epoch.Config)
+	region func(name string, cfg *region.Config)
+}
+
 // startTri starts etcd and the three regions and waits until every region
 // replicates to both others. Cleanups stop, in order: HTTP servers and
 // regions (last opened first), the etcd clients, etcd.
-func startTri(t *testing.T) *triCluster {
+func startTri(t *testing.T) *triCluster { return startTriWith(t, triOpts{}) }
+
+func startTriWith(t *testing.T, o triOpts) *triCluster {
 	t.Helper()
 	e := epochtest.StartEmbedded(t)
 	cli := triDial(t, e)
 	apCli := triDial(t, e)
 	ecfg := epochtest.Config(t, triRanges) // fresh prefix, TTL 2s, margin 500ms, skew 500ms
+	if o.epoch != nil {
+		o.epoch(&ecfg)
+	}
 	dir, err := epoch.NewDirectory(cli, ecfg)
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +147,7 @@ func startTri(t *testing.T) *triCluster {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := region.Open(context.Background(), region.Config{
+		cfg := region.Config{
 			Name: name, DataDir: data, Partitions: 4, Window: 50 * time.Millisecond,
 			Secret: triSecret, UserRate: -1, Logger: logger,
 			Cluster: &region.Cluster{
@@ -143,7 +156,11 @@ func startTri(t *testing.T) *triCluster {
 				HTTPAdvertise: "http://" + ln.Addr().String(),
 				AntiEntropy:   500 * time.Millisecond,
 			},
-		})
+		}
+		if o.region != nil {
+			o.region(name, &cfg)
+		}
+		r, err := region.Open(context.Background(), cfg)
 		if err != nil {
 			t.Fatalf("open region %s: %v", name, err)
 		}

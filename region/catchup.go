@@ -273,7 +273,7 @@ type fencer struct {
 	service func() *edge.Service // set once the service exists
 	log     interface {
 		Partitions() int
-		Head(partition uint32) (uint64, error)
+		Head(ctx context.Context, partition uint32) (uint64, error)
 	}
 }
 
@@ -294,7 +294,7 @@ func (f *fencer) Heads(ctx context.Context, pins []replication.PinRef) ([]uint64
 	}
 	heads := make([]uint64, f.log.Partitions())
 	for p := range heads {
-		h, err := f.log.Head(uint32(p))
+		h, err := f.log.Head(ctx, uint32(p))
 		if err != nil {
 			return nil, err
 		}
@@ -308,7 +308,7 @@ type sourceHeads struct{ src replication.Source }
 
 func (s sourceHeads) Partitions() int { return s.src.Partitions() }
 
-func (s sourceHeads) Head(p uint32) (uint64, error) {
-	_, h, err := s.src.Read(context.Background(), p, math.MaxUint64, 0)
+func (s sourceHeads) Head(ctx context.Context, p uint32) (uint64, error) {
+	_, h, err := s.src.Read(ctx, p, math.MaxUint64, 0)
 	return h.Pos, err
 }

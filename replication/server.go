@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"likes/edge"
 )
 
 // ServerConfig configures the receiving side.
@@ -188,7 +190,15 @@ func validateBatch(b Batch) error {
 			if ev.Pos <= prev || ev.Pos > pb.Through {
 				return bad("partition %d: event position %d not in (%d, %d] or out of order", pb.Partition, ev.Pos, prev, pb.Through)
 			}
+			if err := edge.ValidateEvent(ev, b.Partitions); err != nil {
+				return bad("%v", err)
+			}
 			prev = ev.Pos
+		}
+		// A sender's run ends at its last event: a Through past it would
+		// move the receiver's cursor over events it never received.
+		if prev != pb.Through {
+			return bad("partition %d: through %d is past the last event sent (%d)", pb.Partition, pb.Through, prev)
 		}
 	}
 	if b.CellsThrough < b.CellsAfter {

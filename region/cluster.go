@@ -330,6 +330,15 @@ func (r *Region) GossipAddr() string {
 	return r.cluster.member.Addr()
 }
 
+// GRPCAddr is this region's replication and forwarding listener (host:port);
+// "" for a region without one.
+func (r *Region) GRPCAddr() string {
+	if r.cluster == nil || r.cluster.grpcLn == nil {
+		return ""
+	}
+	return r.cluster.grpcLn.Addr().String()
+}
+
 // noLeaseAuthority grants the pinned epoch whenever the local pin table names
 // this region, ignoring lease freshness and notBefore (Unsafe.NoLeaseCheck).
 type noLeaseAuthority struct {

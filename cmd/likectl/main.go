@@ -41,6 +41,7 @@ commands:
   regions    live regions: lease health, watermarks, aggregator and replication lag
   reconcile  recount items from edges, report mismatches, --heal through the fenced path
   migrate    create or upgrade the Cassandra schema (versioned, idempotent)
+  certs      init (a CA and a gossip key) | issue --region NAME (a region certificate)
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -51,6 +52,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "token":
 		return token(args[1:], stdout, stderr)
+	case "certs":
+		return certs(args[1:], stdout, stderr)
 	case "bench":
 		return bench(ctx, args[1:], stdout, stderr)
 	case "pins":

@@ -40,3 +40,38 @@ func TestRunRefusesBadEngineCombinations(t *testing.T) {
 		}
 	}
 }
+
+// TestRunRefusesMissingPeerSecurity: a clustered `likesd run` needs its
+// certificate, key, CA and gossip key, or the explicit plaintext choice; files
+// that do not fit are refused before anything listens.
+func TestRunRefusesMissingPeerSecurity(t *testing.T) {
+	dir := t.TempDir()
+	var sink bytes.Buffer
+	if err := run(context.Background(), []string{"run"}, &sink, &sink); err == nil {
+		t.Fatal("run without flags succeeded")
+	}
+	ids, key, err := devPeerSecurity(dir, []string{"us", "eu"})
+	if err != nil || ids["us"] == nil || len(key) != 32 {
+		t.Fatalf("devPeerSecurity = %v, %d-byte key, %v", ids, len(key), err)
+	}
+	certs := dir + "/certs/"
+	base := []string{"run", "--region", "us", "--regions", "us,eu", "--etcd", "http://127.0.0.1:1"}
+	full := append(append([]string(nil), base...), "--tls-cert", certs+"us.crt", "--tls-key", certs+"us.key", "--tls-ca", certs+"ca.crt", "--gossip-key-file", certs+"gossip.key")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{base, "give --tls-cert, --tls-key, --tls-ca and --gossip-key-file"},
+		{append(append([]string(nil), base...), "--tls-cert", certs+"us.crt"), "give --tls-cert"},
+		{append(append([]string(nil), full...), "--insecure-plaintext-peers"), "cannot be combined"},
+		{append(append([]string(nil), base...), "--tls-cert", certs+"eu.crt", "--tls-key", certs+"eu.key", "--tls-ca", certs+"ca.crt", "--gossip-key-file", certs+"gossip.key"), `names region "eu"`},
+		{append(append([]string(nil), base...), "--tls-cert", certs+"us.crt", "--tls-key", certs+"eu.key", "--tls-ca", certs+"ca.crt", "--gossip-key-file", certs+"gossip.key"), "certificate and key"},
+		{append(append([]string(nil), base...), "--tls-cert", certs+"us.crt", "--tls-key", certs+"us.key", "--tls-ca", certs+"ca.crt", "--gossip-key-file", certs+"ca.crt"), "gossip key"},
+	} {
+		var out, errb bytes.Buffer
+		err := run(context.Background(), tc.args, &out, &errb)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("likesd %s: error %v, want one mentioning %q", strings.Join(tc.args[5:], " "), err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,56 @@
+package replication
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"likes/edge"
+)
+
+// FuzzPush feeds the receive path hostile batches, as a peer's bytes arrive
+// (JSON, the wire codec): it never panics, and whatever it accepts is valid:
+// every applied event passes edge.ValidateEvent, lies within what was sent,
+// and every merged cell is the sender's own.
+func FuzzPush(f *testing.F) {
+	good, _ := json.Marshal(Batch{From: "eu", Partitions: 2, Parts: []PartBatch{{Partition: 0, Events: []edge.Event{ev(0, 1), ev(0, 2)}, Through: 2}},
+		Cells: []CellState{cell("x", 3)}, CellsThrough: 1, Watermark: 5})
+	f.Add(good)
+	f.Add([]byte(`{"From":"eu","Partitions":2,"Parts":[{"Partition":0,"Through":18446744073709551615}]}`))
+	f.Add([]byte(`{"From":"zz","Partitions":2,"Cells":[{"Key":{"Item":"x","Region":"zz"},"Cell":{"P":1000000,"HWM":9223372036854775807}}]}`))
+	f.Add([]byte(`{"From":"eu","Partitions":2,"Parts":[{"Partition":1,"Events":[{"Partition":1,"Pos":1,"Item":"i","User":"u\u0000","Kind":3,"Delta":-1000}],"Through":1}]}`))
+	f.Add([]byte(`{"From":"eu","Partitions":-1}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var b Batch
+		if json.Unmarshal(data, &b) != nil {
+			return
+		}
+		sink := newFakeSink(2)
+		srv, err := NewServer(ServerConfig{Region: "us", Partitions: 2, Sink: sink})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := srv.Push(context.Background(), b); err != nil {
+			return
+		}
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		for from, parts := range sink.applied {
+			if from != b.From {
+				t.Fatalf("events applied as %q from a batch of %q", from, b.From)
+			}
+			for p, evs := range parts {
+				for _, e := range evs {
+					if err := edge.ValidateEvent(e, 2); err != nil || int(e.Partition) != p {
+						t.Fatalf("accepted an invalid event %+v: %v", e, err)
+					}
+				}
+			}
+		}
+		for k := range sink.cells {
+			if k.Region != b.From {
+				t.Fatalf("merged a cell of %q from %q", k.Region, b.From)
+			}
+		}
+	})
+}

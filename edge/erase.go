@@ -55,6 +55,10 @@ type EraserConfig struct {
 	Inline int
 	// OnError reports a failed step (the job is retried on the next tick).
 	OnError func(error)
+	// Manual: NewEraser starts no goroutine and the eraser never steps by
+	// itself; the caller drives it with RunOnce (Start still runs its inline
+	// step). For deterministic simulations.
+	Manual bool
 }
 
 // Eraser runs account erasures at a bounded rate. It owns one goroutine loop.
@@ -86,6 +90,10 @@ func NewEraser(ctx context.Context, cfg EraserConfig) (*Eraser, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	e := &Eraser{cfg: cfg, wake: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
+	if cfg.Manual {
+		close(e.done)
+		return e, nil
+	}
 	go e.loop(ctx)
 	return e, nil
 }
@@ -182,7 +190,9 @@ func (e *Eraser) loop(ctx context.Context) {
 	t := e.cfg.Clock.NewTicker(time.Second)
 	defer t.Stop()
 	for {
-		e.runOnce(ctx)
+		if err := e.runOnce(ctx); err != nil {
+			e.cfg.OnError(err)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -192,12 +202,15 @@ func (e *Eraser) loop(ctx context.Context) {
 	}
 }
 
+// RunOnce spends one tick's budget of edges across running jobs and returns
+// the first error (the loop of a Manual eraser, one tick at a time).
+func (e *Eraser) RunOnce(ctx context.Context) error { return e.runOnce(ctx) }
+
 // runOnce spends one second's budget of edges across running jobs.
-func (e *Eraser) runOnce(ctx context.Context) {
+func (e *Eraser) runOnce(ctx context.Context) error {
 	jobs, err := e.cfg.Jobs.Erasures(ctx)
 	if err != nil {
-		e.cfg.OnError(err)
-		return
+		return err
 	}
 	budget := e.cfg.Rate
 	for _, j := range jobs {
@@ -213,10 +226,10 @@ func (e *Eraser) runOnce(ctx context.Context) {
 		}
 		e.mu.Unlock()
 		if err != nil {
-			e.cfg.OnError(err)
-			return
+			return err
 		}
 	}
+	return nil
 }
 
 // Close stops the loop and waits for it. Idempotent.

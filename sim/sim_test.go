@@ -217,5 +217,12 @@ func addStats(a, b Stats) Stats {
 	a.HonestyChecks += b.HonestyChecks
 	a.AntiEntropy += b.AntiEntropy
 	a.HealRounds += b.HealRounds
+	a.Retractions += b.Retractions
+	a.Erasures += b.Erasures
+	a.ErasuresAcked += b.ErasuresAcked
+	a.ErasedUsers += b.ErasedUsers
+	a.EraseTicks += b.EraseTicks
+	a.EraseWrites += b.EraseWrites
+	a.ErasedRefusals += b.ErasedRefusals
 	return a
 }

@@ -101,6 +101,14 @@ func TestSim(t *testing.T) {
 	}
 	if len(failed) > 0 {
 		sort.Strings(failed)
+		var list []string
+		for i, err := range errs {
+			if err != nil {
+				msg, _, _ := strings.Cut(err.Error(), "\n")
+				list = append(list, fmt.Sprintf("seed %d: %s", seeds[i], msg))
+			}
+		}
+		t.Logf("failing seeds:\n%s", strings.Join(list, "\n"))
 		t.Fatalf("%d of %d seeds failed; replay one with: LIKES_SIM_SEED=<seed> go test ./sim -run TestSim -v", len(failed), len(seeds))
 	}
 }

@@ -114,6 +114,22 @@ func TestNormalSchedule(t *testing.T) {
 	}
 }
 
+// TestErasureDuringUnplannedFailover (issue 17): erasures, half of them of
+// the user with the newest acknowledged like, while regions acknowledge likes
+// they cannot replicate and then lose their ranges to an unplanned failover.
+// An erasure acknowledged by the new owner must still remove the old owner's
+// late like, exactly once.
+func TestErasureDuringUnplannedFailover(t *testing.T) {
+	rep := run(t, Options{Seed: 416500, Duration: 45 * time.Second, Kinds: []string{NemFailover},
+		Workload: WorkloadConfig{PErase: 0.05}})
+	if !rep.Pass {
+		t.Errorf("%d violations %v (seed %d); replay with: %s", rep.Mismatches, rep.Check.ByCheck, rep.Seed, rep.Replay)
+	}
+	if rep.FaultsByKind[NemFailover] < 2 || rep.Check.ErasedUsers < 50 {
+		t.Errorf("too little exercised: %v faults, %d erased users", rep.FaultsByKind, rep.Check.ErasedUsers)
+	}
+}
+
 // expectViolations asserts the checker caught a broken guarantee.
 func expectViolations(t *testing.T, rep *Report, checks ...string) {
 	t.Helper()

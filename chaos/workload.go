@@ -293,9 +293,15 @@ func (c *client) retract(ctx context.Context) {
 	c.execute(ctx, c.newOp(u, c.item(), KindRetract), u, 1)
 }
 
-// erase erases one user and replaces it with a new one.
+// erase erases one user and replaces it with a new one. Half the time the
+// user is the one with the newest acknowledged like: a write that recent is the
+// one a fault may have left unreplicated, so its erasure at a new owner races
+// the old owner's tail (the resurrection of issue 17).
 func (c *client) erase(ctx context.Context) {
 	i := c.rng.IntN(len(c.users))
+	if c.rng.IntN(2) == 0 {
+		i = c.newestLiker(i)
+	}
 	u := c.users[i]
 	op := c.newOp(u, "", KindErase)
 	c.execute(ctx, op, u, 1)
@@ -307,6 +313,25 @@ func (c *client) erase(ctx context.Context) {
 	// Acknowledged or not, the user is done with: only probes use it again.
 	c.retired = append(c.retired, u)
 	c.users[i] = c.newUser()
+}
+
+// newestLiker is the index of the user with the newest acknowledged like (by
+// op id, so the seed decides), or def when no user has one.
+func (c *client) newestLiker(def int) int {
+	best, newest := def, int64(-1)
+	for i, u := range c.users {
+		for k, e := range c.edges {
+			if k[0] != u.id {
+				continue
+			}
+			for _, o := range e.ops {
+				if o.Kind == KindLike && o.Outcome == OutcomeAck && o.ID > newest {
+					best, newest = i, o.ID
+				}
+			}
+		}
+	}
+	return best
 }
 
 // stale re-sends an old acknowledged like whose edge was later unliked by an

@@ -31,11 +31,49 @@ type ErasureJob struct {
 	// region's Eraser leaves it to its origin unless Start is called here
 	// (the user's range moved here and the request was repeated).
 	Remote bool `json:"remote,omitempty"`
+	// Late counts the times an edge of the user that is not ERASED arrived by
+	// replication after the job had started here (an old owner's
+	// acknowledged but unreplicated write after an unplanned failover, or a
+	// write of an owner that had not yet heard of the erasure). Each arrival
+	// re-opens the job (ReopenLate); a store keeps the re-opening against a
+	// step that read the job before it (MergeJob).
+	Late int `json:"lateArrivals,omitempty"`
+}
+
+// ReopenLate is the job after a non-ERASED edge of its user arrived by
+// replication at the region that runs it: running again from the start of the
+// user's item index, which holds that edge (PurgeUser keeps the index entries
+// of edges that are not ERASED). A Remote job is left to its origin, which
+// receives the same edge. The erasure itself goes through the normal write
+// path (Service.Erase, forwarded to the range's owner), so the owner's branch
+// record of the edge, or the tombstone's own delta, cancels the late +1 exactly
+// once: the tombstone's write is the edge's newest version, and any other
+// region's later tombstone of it is a no-op or is telescoped by the same rule.
+func ReopenLate(j ErasureJob) ErasureJob {
+	if j.Remote {
+		return j
+	}
+	j.State, j.Cursor, j.FinishedAt = ErasureRunning, "", 0
+	j.Late++
+	return j
+}
+
+// MergeJob is the job a JobStore keeps when next is written over stored: a job
+// re-opened by a late edge after next's step read it stays re-opened (running,
+// from the start), so a step that finishes concurrently cannot mark it done
+// past an edge it never listed.
+func MergeJob(stored, next ErasureJob) ErasureJob {
+	if !stored.Remote && !next.Remote && stored.Late > next.Late {
+		next.State, next.Cursor, next.FinishedAt, next.Late = ErasureRunning, "", 0, stored.Late
+	}
+	return next
 }
 
 // JobStore persists erasure jobs. PutErasure of a new job must be ordered with
 // Store.Apply: once it returns, every later Apply for the user sees the user as
-// erased (ActErased) except erasure writes.
+// erased (ActErased) except erasure writes. PutErasure writes MergeJob(stored,
+// j); a store that applies replicated edges re-opens the job (ReopenLate) in
+// the same atomic write as a non-ERASED edge of its user.
 type JobStore interface {
 	PutErasure(ctx context.Context, j ErasureJob) error
 	Erasure(ctx context.Context, user string) (ErasureJob, bool, error)
@@ -55,9 +93,8 @@ type EraserConfig struct {
 	Inline int
 	// OnError reports a failed step (the job is retried on the next tick).
 	OnError func(error)
-	// Manual: NewEraser starts no goroutine and the eraser never steps by
-	// itself; the caller drives it with RunOnce (Start still runs its inline
-	// step). For deterministic simulations.
+	// Manual starts no loop: jobs advance only in Start and RunOnce (the
+	// simulation steps erasers itself, with its own clock and schedule).
 	Manual bool
 }
 
@@ -88,7 +125,7 @@ func NewEraser(ctx context.Context, cfg EraserConfig) (*Eraser, error) {
 	if cfg.OnError == nil {
 		cfg.OnError = func(error) {}
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e := &Eraser{cfg: cfg, wake: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
 	if cfg.Manual {
 		close(e.done)
@@ -99,7 +136,9 @@ func NewEraser(ctx context.Context, cfg EraserConfig) (*Eraser, error) {
 }
 
 // Start begins erasing user (idempotent: an existing job is returned as is,
-// except that a Remote replica of another region's running job is taken over).
+// except that a Remote replica of another region's job is taken over: the
+// user's range moved here and the request was repeated, so this region erases
+// what it holds, including edges that reached it after the origin finished).
 // Small users finish before Start returns.
 func (e *Eraser) Start(ctx context.Context, user string) (ErasureJob, error) {
 	e.mu.Lock()
@@ -108,18 +147,18 @@ func (e *Eraser) Start(ctx context.Context, user string) (ErasureJob, error) {
 		e.mu.Unlock()
 		return ErasureJob{}, err
 	}
-	if !ok || (j.Remote && j.State == ErasureRunning) {
+	if !ok || j.Remote {
 		if !ok {
 			j = ErasureJob{User: user, State: ErasureRunning, StartedAt: e.cfg.Clock.Now().UnixMilli()}
 		}
-		j.Remote = false
+		j.Remote, j.State, j.Cursor, j.FinishedAt = false, ErasureRunning, "", 0
 		if err := e.cfg.Service.Admit(ctx, user, func() error { return e.cfg.Jobs.PutErasure(ctx, j) }); err != nil {
 			e.mu.Unlock()
 			return ErasureJob{}, err
 		}
 	}
 	if j.State == ErasureRunning {
-		j, err = e.step(ctx, j, e.cfg.Inline)
+		j, _, err = e.step(ctx, j, e.cfg.Inline)
 	}
 	e.mu.Unlock()
 	if err != nil {
@@ -145,44 +184,66 @@ func (e *Eraser) Status(ctx context.Context, user string) (ErasureJob, bool, err
 // cancelling ctx): an edge already ERASED cannot tell afterwards whether it was
 // liked, so a resumed step that redid lost progress would under-report
 // likesRemoved. (Only a crash between an edge's erasure and the save can still
-// do that; the counts themselves stay exact either way.)
-func (e *Eraser) step(ctx context.Context, j ErasureJob, max int) (ErasureJob, error) {
-	items, err := e.cfg.Store.UserItems(ctx, j.User, j.Cursor, max)
+// do that; the counts themselves stay exact either way.) Only erasures that
+// changed an edge are counted, so re-listing an edge (a re-opened job, a
+// forwarded erasure whose tombstone has not come back yet) counts nothing twice.
+//
+// The job is done only when the user's index is empty after the purge: the
+// purge keeps entries of edges not ERASED here (one whose erasure went to
+// another owner and has not replicated back, or one that arrived late), and
+// the job goes on from the start until they are tombstoned here too.
+//
+// It returns the job and how many edges it went through.
+func (e *Eraser) step(ctx context.Context, j ErasureJob, limit int) (ErasureJob, int, error) {
+	items, err := e.cfg.Store.UserItems(ctx, j.User, j.Cursor, limit)
 	if err != nil {
-		return j, err
+		return j, 0, err
 	}
+	done := 0
 	save := context.WithoutCancel(ctx)
 	start := j
-	cutShort := func(err error) (ErasureJob, error) {
-		if j.Edges != start.Edges {
+	cutShort := func(err error) (ErasureJob, int, error) {
+		if j.Edges != start.Edges || j.Cursor != start.Cursor {
 			if perr := e.cfg.Jobs.PutErasure(save, j); perr != nil {
 				err = errors.Join(err, perr)
 			}
 		}
-		return j, err
+		return j, done, err
 	}
 	for _, item := range items {
 		before, _, err := e.cfg.Store.Edge(ctx, item, j.User)
 		if err != nil {
 			return cutShort(err)
 		}
-		if _, err := e.cfg.Service.Erase(ctx, item, j.User); err != nil {
+		ans, err := e.cfg.Service.Erase(ctx, item, j.User)
+		if err != nil {
 			return cutShort(fmt.Errorf("edge: erase %q of %q: %w", item, j.User, err))
 		}
-		j.Edges++
-		if before.State == crdt.Liked {
-			j.Unliked++
+		if ans.Changed {
+			j.Edges++
+			if before.State == crdt.Liked {
+				j.Unliked++
+			}
 		}
 		j.Cursor = item
+		done++
 	}
-	if len(items) < max {
+	if len(items) < limit {
 		if err := e.cfg.Store.PurgeUser(ctx, j.User); err != nil {
 			return cutShort(err)
 		}
-		j.State = ErasureDone
-		j.FinishedAt = e.cfg.Clock.Now().UnixMilli()
+		left, err := e.cfg.Store.UserItems(ctx, j.User, "", 1)
+		if err != nil {
+			return cutShort(err)
+		}
+		if len(left) == 0 {
+			j.State = ErasureDone
+			j.FinishedAt = e.cfg.Clock.Now().UnixMilli()
+		} else {
+			j.Cursor = ""
+		}
 	}
-	return j, e.cfg.Jobs.PutErasure(save, j)
+	return j, done, e.cfg.Jobs.PutErasure(save, j)
 }
 
 func (e *Eraser) loop(ctx context.Context) {
@@ -190,9 +251,7 @@ func (e *Eraser) loop(ctx context.Context) {
 	t := e.cfg.Clock.NewTicker(time.Second)
 	defer t.Stop()
 	for {
-		if err := e.runOnce(ctx); err != nil {
-			e.cfg.OnError(err)
-		}
+		e.runOnce(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -203,11 +262,8 @@ func (e *Eraser) loop(ctx context.Context) {
 }
 
 // RunOnce spends one tick's budget of edges across running jobs and returns
-// the first error (the loop of a Manual eraser, one tick at a time).
-func (e *Eraser) RunOnce(ctx context.Context) error { return e.runOnce(ctx) }
-
-// runOnce spends one second's budget of edges across running jobs.
-func (e *Eraser) runOnce(ctx context.Context) error {
+// the first error (the loop reports it through OnError and goes on next tick).
+func (e *Eraser) RunOnce(ctx context.Context) error {
 	jobs, err := e.cfg.Jobs.Erasures(ctx)
 	if err != nil {
 		return err
@@ -220,9 +276,9 @@ func (e *Eraser) runOnce(ctx context.Context) error {
 		e.mu.Lock() // re-read under the lock: Start may have advanced the job
 		cur, ok, err := e.cfg.Jobs.Erasure(ctx, j.User)
 		if err == nil && ok && cur.State == ErasureRunning && !cur.Remote {
-			n := cur.Edges
-			cur, err = e.step(ctx, cur, budget)
-			budget -= cur.Edges - n
+			var n int
+			_, n, err = e.step(ctx, cur, budget)
+			budget -= max(n, 1)
 		}
 		e.mu.Unlock()
 		if err != nil {
@@ -230,6 +286,12 @@ func (e *Eraser) runOnce(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+func (e *Eraser) runOnce(ctx context.Context) {
+	if err := e.RunOnce(ctx); err != nil {
+		e.cfg.OnError(err)
+	}
 }
 
 // Close stops the loop and waits for it. Idempotent.

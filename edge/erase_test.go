@@ -161,3 +161,30 @@ func TestEraserStartsOnlyWithWriteAuthority(t *testing.T) {
 		t.Fatalf("a job was stored without authority (ok=%v, err=%v)", ok, err)
 	}
 }
+
+func TestReopenLateAndMergeJob(t *testing.T) {
+	done := edge.ErasureJob{User: "u", State: edge.ErasureDone, Edges: 3, Unliked: 2, FinishedAt: 9, Cursor: "z"}
+	re := edge.ReopenLate(done)
+	if re.State != edge.ErasureRunning || re.Cursor != "" || re.FinishedAt != 0 || re.Late != 1 || re.Edges != 3 || re.Unliked != 2 {
+		t.Fatalf("ReopenLate(done) = %+v", re)
+	}
+	remote := done
+	remote.Remote = true
+	if got := edge.ReopenLate(remote); got != remote {
+		t.Fatalf("ReopenLate of a Remote job = %+v, want it unchanged (its origin re-opens)", got)
+	}
+	// A step that read the job before the late arrival cannot close it.
+	if got := edge.MergeJob(re, done); got.State != edge.ErasureRunning || got.Late != 1 || got.Cursor != "" || got.Edges != 3 {
+		t.Fatalf("MergeJob(re-opened, stale done) = %+v, want running from the start", got)
+	}
+	// A step that read the re-opened job may close it.
+	next := re
+	next.State, next.Edges, next.Unliked, next.FinishedAt = edge.ErasureDone, 4, 3, 10
+	if got := edge.MergeJob(re, next); got != next {
+		t.Fatalf("MergeJob(re-opened, its own step) = %+v, want %+v", got, next)
+	}
+	// A take-over of a Remote replica is written as is.
+	if got := edge.MergeJob(remote, edge.ErasureJob{User: "u", State: edge.ErasureRunning}); got.Remote || got.State != edge.ErasureRunning {
+		t.Fatalf("MergeJob(remote, take-over) = %+v", got)
+	}
+}

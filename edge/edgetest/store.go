@@ -796,19 +796,22 @@ func testPurgeUser(t *testing.T, s edge.Store) {
 		apply(t, s, Like("a", u, "k1", 1, t0))
 		apply(t, s, Like("b", u, "k2", 1, t0))
 	}
+	mustAction(t, "erase a", apply(t, s, Erase("a", "u", 1, t0)), edge.ActWrite)
 	if err := s.PurgeUser(context.Background(), "u"); err != nil {
 		t.Fatal(err)
 	}
-	if got := AllUserItems(t, s, "u", 10); len(got) != 0 {
-		t.Fatalf("UserItems after purge = %q", got)
+	// The index entries of ERASED edges go. (A store that applies replicated
+	// edges keeps the entries of edges not ERASED, for the eraser to list: see
+	// edge.ReopenLate; a single-region store may drop them too.)
+	if got := AllUserItems(t, s, "u", 10); slices.Contains(got, "a") {
+		t.Fatalf("UserItems after purge = %q, still lists the erased edge", got)
 	}
 	// Edges stay (purge alone does not erase them).
-	mustEdge(t, s, "a", "u", crdt.Liked, crdt.Version{Epoch: 1, Op: 1})
-	// The records are gone: the same request under k1 no longer replays, and
-	// another request under k2 no longer conflicts.
-	mustAction(t, "retry after purge", apply(t, s, Like("a", "u", "k1", 1, t0+1)), edge.ActNoop)
-	mustAction(t, "unlike b after purge", apply(t, s, Unlike("b", "u", "k1x", 1, t0+1)), edge.ActWrite)
-	mustAction(t, "k2 other request after purge", apply(t, s, Unlike("a", "u", "k2", 1, t0+2)), edge.ActWrite)
+	mustEdge(t, s, "b", "u", crdt.Liked, crdt.Version{Epoch: 1, Op: 1})
+	// The records are gone: the same request under k2 no longer replays, and
+	// another request under k1 no longer conflicts.
+	mustAction(t, "retry after purge", apply(t, s, Like("b", "u", "k2", 1, t0+1)), edge.ActNoop)
+	mustAction(t, "k1 other request after purge", apply(t, s, Unlike("b", "u", "k1", 1, t0+2)), edge.ActWrite)
 	// Other users, including ones whose id extends "u", are untouched.
 	for _, u := range []string{"u1", "ué"} {
 		mustAction(t, "other user's retry", apply(t, s, Like("a", u, "k1", 1, t0+3)), edge.ActReplay)

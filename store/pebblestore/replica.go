@@ -3,6 +3,7 @@ package pebblestore
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -30,10 +31,34 @@ func (s *Store) loadCellSeq() error {
 	return it.Error()
 }
 
-func purgeUser(b *pebble.Batch, user string) {
-	for _, p := range [][]byte{idemPrefix(user), userIdxPrefix(user)} {
-		_ = b.DeleteRange(p, prefixEnd(p), nil)
+// purgeUser removes the user's idempotency records and the item-index entries
+// of the user's edges that are ERASED here. An entry whose edge is not ERASED
+// here stays: its erasure went to another owner and has not replicated back,
+// or the edge arrived late (edge.ReopenLate), and the eraser must list it.
+func purgeUser(b *pebble.Batch, user string) error {
+	_ = b.DeleteRange(idemPrefix(user), prefixEnd(idemPrefix(user)), nil)
+	p := userIdxPrefix(user)
+	it, err := b.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	if err != nil {
+		return err
 	}
+	var items []string
+	for ok := it.First(); ok; ok = it.Next() {
+		items = append(items, string(it.Key()[len(p):]))
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return err
+	}
+	for _, item := range items {
+		e, ok, err := getInto(b, edgeKey(item, user), func(v []byte) (edge.Edge, error) { return decodeEdge(item, user, v) })
+		if err != nil {
+			return err
+		}
+		if !ok || e.State == crdt.Erased {
+			_ = b.Delete(userIdxKey(user, item), nil)
+		}
+	}
+	return nil
 }
 
 // OwnWatermark implements replication.Source: the min over this region's
@@ -192,7 +217,9 @@ func (s *Store) applyRemoteEvent(b *pebble.Batch, w *batchWriter, ev edge.Event)
 		}
 		return b.Set(erasureKey(ev.User), v, nil)
 	case edge.KindPurge:
-		purgeUser(b, ev.User)
+		if err := purgeUser(b, ev.User); err != nil {
+			return err
+		}
 		old, had, err := getInto(b, erasureKey(ev.User), decodeJob)
 		if err != nil || (had && (!old.Remote || old.State == edge.ErasureDone)) {
 			return err // this region's own job, or already done
@@ -230,6 +257,9 @@ func (s *Store) applyRemoteEvent(b *pebble.Batch, w *batchWriter, ev edge.Event)
 		_ = b.Set(ek, encodeEdge(res.Edge), nil)
 		if res.Edge.State != crdt.Erased {
 			_ = b.Set(userIdxKey(ev.User, ev.Item), nil, nil)
+			if err := reopenLate(b, ev.User); err != nil {
+				return err
+			}
 		}
 	}
 	if res.Correction != nil {
@@ -245,6 +275,20 @@ func (s *Store) applyRemoteEvent(b *pebble.Batch, w *batchWriter, ev edge.Event)
 		_ = b.Set(bk, encodeBranchRec(rec), nil)
 	}
 	return nil
+}
+
+// reopenLate re-opens the erasure job this region runs for user, if any, in
+// the batch that stores a non-ERASED edge of the user (edge.ReopenLate).
+func reopenLate(b *pebble.Batch, user string) error {
+	j, had, err := getInto(b, erasureKey(user), decodeJob)
+	if err != nil || !had || j.Remote {
+		return err
+	}
+	v, err := encodeJob(edge.ReopenLate(j))
+	if err != nil {
+		return err
+	}
+	return b.Set(erasureKey(user), v, nil)
 }
 
 // MergeCells implements replication.Sink.

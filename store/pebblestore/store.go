@@ -483,7 +483,9 @@ func (s *Store) UserItems(_ context.Context, user, after string, limit int) ([]s
 // PurgeUser implements edge.Store.
 func (s *Store) PurgeUser(ctx context.Context, user string) error {
 	_, err := s.submit(ctx, &op{fn: func(b *pebble.Batch, w *batchWriter) error {
-		purgeUser(b, user)
+		if err := purgeUser(b, user); err != nil {
+			return err
+		}
 		w.appendEvent(edge.Event{User: user, Bucket: edge.BucketOf(user), Kind: edge.KindPurge})
 		return nil
 	}})
@@ -492,12 +494,16 @@ func (s *Store) PurgeUser(ctx context.Context, user string) error {
 
 // PutErasure implements edge.JobStore, ordered with Apply.
 func (s *Store) PutErasure(ctx context.Context, j edge.ErasureJob) error {
-	v, err := encodeJob(j)
-	if err != nil {
-		return err
-	}
-	_, err = s.submit(ctx, &op{fn: func(b *pebble.Batch, w *batchWriter) error {
+	_, err := s.submit(ctx, &op{fn: func(b *pebble.Batch, w *batchWriter) error {
 		old, had, err := getInto(b, erasureKey(j.User), decodeJob)
+		if err != nil {
+			return err
+		}
+		j := j
+		if had {
+			j = edge.MergeJob(old, j)
+		}
+		v, err := encodeJob(j)
 		if err != nil {
 			return err
 		}

@@ -17,6 +17,8 @@ type eraseModel struct {
 	acked    string   // the region whose answer (200/202) the client received ("" none)
 	started  bool     // some region stored a running job of its own for the user
 	origins  []string // regions that started (or took over) a job of their own
+	writes   int      // erasure writes that tombstoned an edge (ActWrite)
+	lost     int      // forwarded erasure writes whose answer was lost
 }
 
 // recJobs is the region's erasure job store as its Eraser sees it: it notes
@@ -183,7 +185,9 @@ func (s *sim) anyErasure() bool {
 // every region (checkFinal holds the registers identical everywhere), every
 // region holds the user's erasure mark and no job is still running, and the
 // jobs' reports are sane: no job removed more likes than it erased edges, and
-// together the user's jobs erased at least every edge of the user that exists.
+// together the user's jobs report at most the tombstoning writes that happened
+// and at least every edge of the user that exists (less the forwarded
+// erasures whose answers were lost: the eraser cannot tell those were its own).
 func (s *sim) checkErasures() {
 	for u, user := range s.users {
 		em := s.erasure[u]
@@ -219,9 +223,11 @@ func (s *sim) checkErasures() {
 				s.failf("erasure: %s's job of %s reports likesRemoved=%d of edgesErased=%d", r.name, user, j.Unliked, j.Edges)
 			}
 			erased += j.Edges
+			s.stats.LateEdges += j.Late
 		}
-		if erased < exist {
-			s.failf("erasure: the jobs of %s (at %v) report %d edges erased in all, but %d edges of the user exist", user, em.origins, erased, exist)
+		if erased < exist-em.lost || erased > em.writes {
+			s.failf("erasure: the jobs of %s (at %v) report %d edges erased in all; %d edges of the user exist, %d erasure writes tombstoned one, %d forwarded erasures lost their answer",
+				user, em.origins, erased, exist, em.writes, em.lost)
 		}
 	}
 }

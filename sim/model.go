@@ -136,6 +136,7 @@ func (s *sim) onApply(r *region, req edge.Request, d edge.Decision, err error) {
 			s.stats.Writes++
 			if req.Kind == edge.KindErasure {
 				s.stats.EraseWrites++
+				s.erasure[uu].writes++
 			}
 			reg := d.Edge.Register()
 			if reg.Version.Epoch != req.Epoch {

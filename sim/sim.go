@@ -74,6 +74,7 @@ type Stats struct {
 	EraseTicks     int // background eraser ticks
 	EraseWrites    int // edge versions written by erasures
 	ErasedRefusals int // writes refused because the user is erased
+	LateEdges      int // edges of erased users that reached a job's region after it started (ErasureJob.Late, at the end)
 }
 
 // Failure is a broken invariant (or an unexpected error) of one seed.
@@ -1073,6 +1074,9 @@ func (f forwarder) Forward(ctx context.Context, owner string, req edge.Request) 
 	res, err := s.regions[to].svc.ApplyLocal(ctx, req)
 	if err == nil && s.links[to][f.from].cut {
 		s.stats.LostReplies++
+		if req.Kind == edge.KindErasure {
+			s.erasure[s.userIdx(req.User)].lost++
+		}
 		return edge.ForwardResult{}, errLostReply
 	}
 	return res, err

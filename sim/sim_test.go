@@ -232,5 +232,6 @@ func addStats(a, b Stats) Stats {
 	a.EraseTicks += b.EraseTicks
 	a.EraseWrites += b.EraseWrites
 	a.ErasedRefusals += b.ErasedRefusals
+	a.LateEdges += b.LateEdges
 	return a
 }

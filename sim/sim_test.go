@@ -197,6 +197,54 @@ func TestSimChains(t *testing.T) {
 	}
 }
 
+// TestSimErasures: schedules heavy in erasures and unplanned failovers
+// commonly erase a user whose edges an old owner accepted and had not
+// replicated (issue 17's interleaving and its relatives: the edge reaches the
+// job's region after the job started), and every erasure still holds.
+func TestSimErasures(t *testing.T) {
+	n := 60
+	if testing.Short() || raceEnabled {
+		n = 20
+	}
+	if v := os.Getenv("LIKES_SIM_SEEDS"); v != "" {
+		n, _ = strconv.Atoi(v)
+	}
+	var seeds []uint64
+	for i := 0; i < n; i++ {
+		seeds = append(seeds, 20_000+uint64(i))
+	}
+	opts := func(seed uint64) Options {
+		return Options{Seed: seed, Test: "TestSimErasures", Fixed: func(k *Knobs) {
+			k.WErase = 4
+			k.WEraseTick = 4
+			k.WRetract = 3
+			k.WUnplanned = 5
+			k.WClock = 12
+			k.PUnplannedIsolate = 0.8
+			k.MaxErased = 4
+		}}
+	}
+	if seeds, single := seedsFromEnv(t); single {
+		replay(t, opts(seeds[0]))
+		return
+	}
+	stats, errs := runSeeds(seeds, opts)
+	withLate := 0
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("%v", err)
+			continue
+		}
+		if stats[i].LateEdges > 0 {
+			withLate++
+		}
+	}
+	t.Logf("%d seeds: %d with an edge that reached an erasure's region after the job started", n, withLate)
+	if withLate < n/4 {
+		t.Errorf("only %d of %d seeds had an edge reach an erasure's region after the job started", withLate, n)
+	}
+}
+
 func addStats(a, b Stats) Stats {
 	a.Steps += b.Steps
 	a.Requests += b.Requests

@@ -1004,16 +1004,26 @@ func (s *sim) send(req *request) {
 	}
 }
 
-// retract is the abuse system's unlike of an edge (mostly a liked one) at
-// whichever region the admin call reaches; it forwards like a user's write,
-// and the model takes it as one more accepted write whose target is UNLIKED.
+// retract is the abuse system's unlike of an edge (mostly a liked one, often
+// of a user of the most recently moved range) at whichever region the admin
+// call reaches; it forwards like a user's write, and the model takes it as one
+// more accepted write whose target is UNLIKED.
 func (s *sim) retract() {
 	i, u := s.pick(len(s.items)), s.pickUser()
 	if s.rng.IntN(3) != 0 {
+		moved := -1
+		if s.rng.IntN(2) == 0 {
+			for g, st := range s.lastMove {
+				if st > 0 && (moved < 0 || st > s.lastMove[moved]) {
+					moved = g
+				}
+			}
+		}
 		var liked [][2]int
 		for ii := range s.edges {
 			for uu := range s.edges[ii] {
-				if s.edges[ii][uu].last == crdt.Liked {
+				if s.edges[ii][uu].last == crdt.Liked &&
+					(moved < 0 || int(edge.RangeOf(s.users[uu], s.k.Ranges)) == moved) {
 					liked = append(liked, [2]int{ii, uu})
 				}
 			}

@@ -128,10 +128,13 @@ func replay(t *testing.T, o Options) {
 // TestSimDeterministic: the same seed gives the same run, trace line for
 // trace line, twice.
 func TestSimDeterministic(t *testing.T) {
-	for _, seed := range []uint64{3, 17, 42} {
+	for _, o := range []Options{{Seed: 3}, {Seed: 17}, {Seed: 42}, {Seed: 20_001, Fixed: erasureHeavy}} {
+		seed := o.Seed
 		var ta, tb bytes.Buffer
-		a, errA := Run(Options{Seed: seed, Trace: &ta})
-		b, errB := Run(Options{Seed: seed, Trace: &tb})
+		oa, ob := o, o
+		oa.Trace, ob.Trace = &ta, &tb
+		a, errA := Run(oa)
+		b, errB := Run(ob)
 		if fmt.Sprint(errA) != fmt.Sprint(errB) || a != b {
 			t.Fatalf("seed %d is not deterministic:\n%+v\n%v\n%+v\n%v", seed, a, errA, b, errB)
 		}
@@ -214,15 +217,7 @@ func TestSimErasures(t *testing.T) {
 		seeds = append(seeds, 20_000+uint64(i))
 	}
 	opts := func(seed uint64) Options {
-		return Options{Seed: seed, Test: "TestSimErasures", Fixed: func(k *Knobs) {
-			k.WErase = 4
-			k.WEraseTick = 4
-			k.WRetract = 3
-			k.WUnplanned = 5
-			k.WClock = 12
-			k.PUnplannedIsolate = 0.8
-			k.MaxErased = 4
-		}}
+		return Options{Seed: seed, Test: "TestSimErasures", Fixed: erasureHeavy}
 	}
 	if seeds, single := seedsFromEnv(t); single {
 		replay(t, opts(seeds[0]))
@@ -243,6 +238,17 @@ func TestSimErasures(t *testing.T) {
 	if withLate < n/4 {
 		t.Errorf("only %d of %d seeds had an edge reach an erasure's region after the job started", withLate, n)
 	}
+}
+
+// erasureHeavy is TestSimErasures' fault mix.
+func erasureHeavy(k *Knobs) {
+	k.WErase = 4
+	k.WEraseTick = 4
+	k.WRetract = 3
+	k.WUnplanned = 5
+	k.WClock = 12
+	k.PUnplannedIsolate = 0.8
+	k.MaxErased = 4
 }
 
 func addStats(a, b Stats) Stats {

@@ -7,9 +7,14 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
+	"likes/crdt"
 	"likes/edge"
+	"likes/internal/peertls"
 	"likes/internal/rpcjson"
 )
 
@@ -18,9 +23,13 @@ import (
 // (never forwarding again, so a stale pin cannot bounce a write around) and
 // answers with the edge's register so the ingress region writes the overlay.
 //
-// The gRPC listener is internal: in a deployment it must be reachable only by
-// other regions (mTLS or a private network); the user was authenticated at the
-// ingress region.
+// The user was authenticated at the ingress region; the ingress region is
+// authenticated by its certificate (mutual TLS, internal/peertls), and the
+// owner trusts it with nothing more than a user's like or unlike, an admin's
+// retraction, and one edge of a user whose erasure has already started here
+// (the eraser of the region that runs the job tombstones late edges through
+// the owner). Everything else in the request is the owner's to compute: the
+// fingerprint, the epoch, the time and the record's expiry.
 const (
 	forwardService = "likes.forward.v1.Forward"
 	forwardMethod  = "/" + forwardService + "/Set"
@@ -28,7 +37,10 @@ const (
 )
 
 type forwardRequest struct {
-	Proto   int          `json:"proto"`
+	Proto int `json:"proto"`
+	// From is the ingress region; on mutual TLS it must be the caller's
+	// certificate's region.
+	From    string       `json:"from"`
 	Request edge.Request `json:"request"`
 }
 
@@ -51,19 +63,75 @@ type forwardServer interface {
 	set(ctx context.Context, in *forwardRequest) (*forwardResponse, error)
 }
 
-type forwardHandler struct{ svc *edge.Service }
+// ForwardPolicy is what the owner checks of a forwarded write.
+type ForwardPolicy struct {
+	// Regions are the configured regions; a caller's certificate must name
+	// one (empty: any the CA vouches for).
+	Regions []string
+	// Jobs tells whether a user's erasure has started here; without it a
+	// forwarded erasure write is refused.
+	Jobs edge.JobStore
+}
+
+type forwardHandler struct {
+	svc    *edge.Service
+	policy ForwardPolicy
+}
+
+// checkForward validates a forwarded request and returns the request the owner
+// applies: only the fields a client chose survive.
+func (h *forwardHandler) checkForward(ctx context.Context, in *forwardRequest) (edge.Request, error) {
+	bad := func(format string, args ...any) (edge.Request, error) {
+		return edge.Request{}, status.Errorf(codes.InvalidArgument, "api: forwarded request: "+format, args...)
+	}
+	if in.Proto != forwardProto {
+		return edge.Request{}, status.Errorf(codes.FailedPrecondition, "api: forward protocol %d, this region speaks %d", in.Proto, forwardProto)
+	}
+	if err := peertls.CheckCaller(ctx, in.From, h.policy.Regions); err != nil {
+		return edge.Request{}, status.Errorf(codes.PermissionDenied, "api: forward: %v", err)
+	}
+	r := in.Request
+	if err := ValidateID("itemId", r.Item); err != nil {
+		return bad("%v", err)
+	}
+	if err := ValidateID("userId", r.User); err != nil {
+		return bad("%v", err)
+	}
+	out := edge.Request{Item: r.Item, User: r.User, Target: r.Target, Kind: r.Kind}
+	switch {
+	case r.Kind == edge.KindFlip && (r.Target == crdt.Liked || r.Target == crdt.Unliked):
+		if err := ValidateID("Idempotency-Key", r.IdemKey); err != nil {
+			return bad("%v", err)
+		}
+		op := "unlike"
+		if r.Target == crdt.Liked {
+			op = "like"
+		}
+		out.IdemKey, out.Fingerprint = r.IdemKey, edge.Fingerprint(op, r.Item, r.User)
+	case r.Kind == edge.KindRetraction && r.Target == crdt.Unliked && r.IdemKey == "":
+	case r.Kind == edge.KindErasure && r.Target == crdt.Erased && r.IdemKey == "":
+		if h.policy.Jobs == nil {
+			return bad("erasure writes are not accepted here")
+		}
+		_, started, err := h.policy.Jobs.Erasure(ctx, r.User)
+		if err != nil {
+			return edge.Request{}, status.Errorf(codes.Unavailable, "api: forward: erasure status: %v", err)
+		}
+		if !started {
+			return bad("an erasure write for %q, whose erasure has not started here", r.User)
+		}
+	default:
+		return bad("kind %s to %v is not forwarded", r.Kind, r.Target)
+	}
+	return out, nil
+}
 
 func (h *forwardHandler) set(ctx context.Context, in *forwardRequest) (*forwardResponse, error) {
-	if in.Proto != forwardProto {
-		return nil, fmt.Errorf("api: forward protocol %d, this region speaks %d", in.Proto, forwardProto)
-	}
-	if err := ValidateID("itemId", in.Request.Item); err != nil {
+	req, err := h.checkForward(ctx, in)
+	if err != nil {
 		return nil, err
 	}
-	if err := ValidateID("userId", in.Request.User); err != nil {
-		return nil, err
-	}
-	res, err := h.svc.ApplyLocal(ctx, in.Request)
+	res, err := h.svc.ApplyLocal(ctx, req)
 	if err != nil {
 		for name, sentinel := range refusals {
 			if errors.Is(err, sentinel) {
@@ -98,41 +166,50 @@ var forwardDesc = grpc.ServiceDesc{
 	Metadata: "likes/forward",
 }
 
-// RegisterForward serves forwarded writes for svc on s. The server must use the
-// rpcjson codec (grpc.ForceServerCodecV2(rpcjson.Codec{})).
-func RegisterForward(s *grpc.Server, svc *edge.Service) {
-	s.RegisterService(&forwardDesc, &forwardHandler{svc: svc})
+// RegisterForward serves forwarded writes for svc on s under policy. The
+// server must use the rpcjson codec (grpc.ForceServerCodecV2(rpcjson.Codec{})).
+func RegisterForward(s *grpc.Server, svc *edge.Service, policy ForwardPolicy) {
+	s.RegisterService(&forwardDesc, &forwardHandler{svc: svc, policy: policy})
 }
 
 // Forwarder is the gRPC client side: it implements edge.Forwarder.
 type Forwarder struct {
-	// Resolve maps a region name to its gRPC address.
+	self string
+	// resolve maps a region name to its gRPC address.
 	resolve func(region string) (addr string, ok bool)
+	creds   func(region string) credentials.TransportCredentials
 	mu      sync.Mutex
 	conns   map[string]*grpc.ClientConn
 }
 
 var _ edge.Forwarder = (*Forwarder)(nil)
 
-// NewForwarder returns a Forwarder that finds owners with resolve.
-func NewForwarder(resolve func(region string) (string, bool)) *Forwarder {
-	return &Forwarder{resolve: resolve, conns: map[string]*grpc.ClientConn{}}
+// NewForwarder returns a Forwarder of region self that finds owners with
+// resolve and calls them with creds(owner) (mutual TLS that accepts only the
+// owner's certificate; nil: plaintext).
+func NewForwarder(self string, resolve func(region string) (string, bool), creds func(region string) credentials.TransportCredentials) *Forwarder {
+	return &Forwarder{self: self, resolve: resolve, creds: creds, conns: map[string]*grpc.ClientConn{}}
 }
 
-func (f *Forwarder) conn(addr string) (*grpc.ClientConn, error) {
+func (f *Forwarder) conn(owner, addr string) (*grpc.ClientConn, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if c, ok := f.conns[addr]; ok {
+	key := owner + "|" + addr
+	if c, ok := f.conns[key]; ok {
 		return c, nil
 	}
+	creds := insecure.NewCredentials()
+	if f.creds != nil {
+		creds = f.creds(owner)
+	}
 	c, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		rpcjson.Reconnect(),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rpcjson.Codec{})))
 	if err != nil {
 		return nil, err
 	}
-	f.conns[addr] = c
+	f.conns[key] = c
 	return c, nil
 }
 
@@ -144,12 +221,12 @@ func (f *Forwarder) Forward(ctx context.Context, owner string, req edge.Request)
 	if !ok {
 		return edge.ForwardResult{}, fmt.Errorf("%w: owner region %q is not reachable (unknown address)", edge.ErrFailClosed, owner)
 	}
-	c, err := f.conn(addr)
+	c, err := f.conn(owner, addr)
 	if err != nil {
 		return edge.ForwardResult{}, fmt.Errorf("%w: dial %s: %v", edge.ErrFailClosed, owner, err)
 	}
 	var out forwardResponse
-	if err := c.Invoke(ctx, forwardMethod, &forwardRequest{Proto: forwardProto, Request: req}, &out); err != nil {
+	if err := c.Invoke(ctx, forwardMethod, &forwardRequest{Proto: forwardProto, From: f.self, Request: req}, &out); err != nil {
 		return edge.ForwardResult{}, fmt.Errorf("%w: forward to %s: %v", edge.ErrFailClosed, owner, err)
 	}
 	if out.Refusal != "" {

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 	"likes/auth"
 	"likes/chaos/proxy"
 	"likes/epoch"
+	"likes/internal/peertls"
 )
 
 // BuildLikesd compiles likesd (without -race) into dir and returns the
@@ -290,6 +292,17 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (c *Cluster, err error
 			}
 		}
 	}
+	// Mutual TLS and keyed gossip between the regions, as in a deployment
+	// (the proxies pass the TLS bytes through).
+	certs := filepath.Join(cfg.Dir, "certs")
+	if _, err := peertls.EnsureDev(certs, cfg.Regions); err != nil {
+		return c, err
+	}
+	gossipKey := filepath.Join(certs, "gossip.key")
+	if err := peertls.WriteNew(gossipKey, []byte(base64.StdEncoding.EncodeToString([]byte("likes-chaos-gossip-key-32-bytes!"))+"\n"), 0o600); err != nil && !errors.Is(err, os.ErrExist) {
+		return c, err
+	}
+	caCert, _ := peertls.Files(certs, "ca")
 	for i, name := range cfg.Regions {
 		r := c.regions[name]
 		var seeds, peers []string
@@ -310,6 +323,8 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (c *Cluster, err error
 			"--anti-entropy", cfg.AntiEntropy.String(),
 			"--partitions", strconv.Itoa(cfg.Partitions), "--ranges", strconv.Itoa(cfg.Ranges),
 		}
+		cert, key := peertls.Files(certs, name)
+		args = append(args, "--tls-cert", cert, "--tls-key", key, "--tls-ca", caCert, "--gossip-key-file", gossipKey)
 		if cfg.Unsafe != "" {
 			args = append(args, "--unsafe-break", cfg.Unsafe)
 		}

@@ -11,11 +11,13 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"likes/api"
 	"likes/clock"
 	"likes/edge"
 	"likes/epoch"
+	"likes/internal/peertls"
 	"likes/replication"
 	"likes/store/pebblestore"
 )
@@ -46,6 +48,17 @@ type Cluster struct {
 	// host:port), e.g. to send a link through a fault-injecting proxy in the
 	// chaos suite. Regions not listed use the address they gossip.
 	PeerAddrs map[string]string
+	// TLS is this region's identity on the region-to-region plane: its gRPC
+	// listener requires a client certificate of the same CA, every call to a
+	// peer verifies that the server's certificate names the region meant, and
+	// every message's claimed sender must be the caller's certificate's region
+	// (one of Regions). Nil: plaintext, which only an operator's explicit
+	// --insecure-plaintext-peers (and tests) may choose.
+	TLS *peertls.Identity
+	// GossipKey (16, 24 or 32 bytes) encrypts and authenticates memberlist
+	// traffic; a node without it cannot join. Gossip only finds addresses:
+	// whom to trust is decided by TLS.
+	GossipKey []byte
 }
 
 // overridePeers is a replication.PeerSource that rewrites peers' addresses.
@@ -68,6 +81,8 @@ func (o overridePeers) Changes() <-chan struct{} { return o.src.Changes() }
 
 // clusterParts are the running multi-region components, closed in reverse.
 type clusterParts struct {
+	regions    []string
+	jobs       edge.JobStore
 	keepalive  *epoch.KeepAlive
 	authority  *epoch.Authority
 	controller *epoch.Controller
@@ -113,7 +128,16 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 	if st == nil && !c.Peerless(name) {
 		return nil, fmt.Errorf("region %s: only a region on the embedded store replicates; this Cluster names other regions", name)
 	}
-	p := &clusterParts{grpcDone: make(chan struct{})}
+	if c.TLS != nil && c.TLS.Region != name {
+		return nil, fmt.Errorf("region %s: its certificate names region %q", name, c.TLS.Region)
+	}
+	if n := len(c.GossipKey); n != 0 && n != 16 && n != 24 && n != 32 {
+		return nil, fmt.Errorf("region %s: the gossip key is %d bytes; it must be 16, 24 or 32", name, n)
+	}
+	p := &clusterParts{grpcDone: make(chan struct{}), regions: c.Regions}
+	if st != nil {
+		p.jobs = st
+	}
 	fail := func(err error) (*clusterParts, error) {
 		p.close()
 		return nil, err
@@ -152,9 +176,15 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 		return fail(err)
 	}
 
-	p.grpcSrv = grpc.NewServer(replication.ServerOptions()...)
+	sopts := replication.ServerOptions()
+	var creds func(string) credentials.TransportCredentials
+	if c.TLS != nil {
+		sopts = append(sopts, grpc.Creds(c.TLS.ServerCredentials()))
+		creds = c.TLS.ClientCredentials
+	}
+	p.grpcSrv = grpc.NewServer(sopts...)
 	rs, err := replication.NewServer(replication.ServerConfig{
-		Region: name, Partitions: st.Partitions(), Sink: st, Logger: log,
+		Region: name, Partitions: st.Partitions(), Sink: st, Logger: log, Regions: c.Regions,
 		Fencer: &fencer{pins: p.authority, service: func() *edge.Service { return p.svc }, log: sourceHeads{st}},
 	})
 	if err != nil {
@@ -164,6 +194,7 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 
 	p.member, err = replication.NewMembership(replication.MembershipConfig{
 		Region: name, GRPCAddr: grpcAddr, HTTPAddr: c.HTTPAdvertise, BindAddr: c.GossipBind, BindPort: c.GossipPort,
+		SecretKey: c.GossipKey,
 	})
 	if err != nil {
 		return fail(err)
@@ -173,7 +204,7 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 			log.Warn("memberlist join failed; will learn peers when they join us", "seeds", c.Seeds, "err", err)
 		}
 	}
-	p.transport, err = replication.NewGRPCTransport(replication.TransportConfig{})
+	p.transport, err = replication.NewGRPCTransport(replication.TransportConfig{Credentials: creds})
 	if err != nil {
 		return fail(err)
 	}
@@ -185,7 +216,7 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 	if err != nil {
 		return fail(err)
 	}
-	p.forwarder = api.NewForwarder(p.resolve)
+	p.forwarder = api.NewForwarder(name, p.resolve, creds)
 	p.catchUp = startCatchUp(catchUpConfig{
 		Self: name, Partitions: st.Partitions(), Pins: p.authority, Dir: dir, Cursors: st,
 		Asker: p.transport, Resolve: p.resolve, Clock: clk, Logger: log,
@@ -226,7 +257,7 @@ func (p *clusterParts) serve(svc *edge.Service) {
 	if p.grpcSrv == nil {
 		return // peerless: nothing to serve
 	}
-	api.RegisterForward(p.grpcSrv, svc)
+	api.RegisterForward(p.grpcSrv, svc, api.ForwardPolicy{Regions: p.regions, Jobs: p.jobs})
 	p.serving = true
 	go func() {
 		defer close(p.grpcDone)
@@ -297,6 +328,15 @@ func (r *Region) GossipAddr() string {
 		return ""
 	}
 	return r.cluster.member.Addr()
+}
+
+// GRPCAddr is this region's replication and forwarding listener (host:port);
+// "" for a region without one.
+func (r *Region) GRPCAddr() string {
+	if r.cluster == nil || r.cluster.grpcLn == nil {
+		return ""
+	}
+	return r.cluster.grpcLn.Addr().String()
 }
 
 // noLeaseAuthority grants the pinned epoch whenever the local pin table names

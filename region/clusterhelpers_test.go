@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -28,6 +29,7 @@ import (
 	"likes/edge"
 	"likes/epoch"
 	"likes/epoch/epochtest"
+	"likes/internal/peertls"
 	"likes/region"
 )
 
@@ -57,6 +59,12 @@ type triCluster struct {
 	apCli *clientv3.Client
 	hc    *http.Client
 	logs  *triLogBuf
+	// certs is the folder of the dev CA and region certificates (ca.crt,
+	// NAME.crt, NAME.key), ids the regions' identities, gossipKey the
+	// memberlist key; all empty with triOpts.plaintext.
+	certs     string
+	ids       map[string]*peertls.Identity
+	gossipKey []byte
 
 	tokMu  sync.Mutex
 	tokens map[string]string
@@ -103,6 +111,9 @@ func triDial(t *testing.T, e *epoch.Embedded) *clientv3.Client {
 type triOpts struct {
 	epoch  func(*epoch.Config)
 	region func(name string, cfg *region.Config)
+	// plaintext runs the region-to-region plane without mutual TLS and
+	// gossip encryption (the default cluster has both, as likesd dev).
+	plaintext bool
 }
 
 // startTri starts etcd and the three regions and waits until every region
@@ -137,6 +148,13 @@ func startTriWith(t *testing.T, o triOpts) *triCluster {
 	})
 	logger := slog.New(slog.NewTextHandler(c.logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	data := t.TempDir()
+	if !o.plaintext {
+		c.certs = filepath.Join(data, "certs")
+		if c.ids, err = peertls.EnsureDev(c.certs, triNames); err != nil {
+			t.Fatal(err)
+		}
+		c.gossipKey = []byte("0123456789abcdef0123456789abcdef")
+	}
 	var seeds []string
 	for _, name := range triNames {
 		etcdCli := cli
@@ -155,6 +173,7 @@ func startTriWith(t *testing.T, o triOpts) *triCluster {
 				GRPCListen: "127.0.0.1:0", GossipBind: "127.0.0.1", GossipPort: 0, Seeds: seeds,
 				HTTPAdvertise: "http://" + ln.Addr().String(),
 				AntiEntropy:   500 * time.Millisecond,
+				TLS:           c.ids[name], GossipKey: c.gossipKey,
 			},
 		}
 		if o.region != nil {

@@ -47,6 +47,10 @@ func (s *fakeSource) appendEvent(p uint32, item, user string) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	pos := uint64(len(s.log[p]) + 1)
+	// The receiver checks that item and bucket place the event in p.
+	for n, base := 0, item; edge.PartitionOf(item, edge.BucketOf(user), s.parts) != p; n++ {
+		item = fmt.Sprintf("%s~%d", base, n)
+	}
 	s.log[p] = append(s.log[p], edge.Event{
 		Partition: p, Pos: pos, Item: item, User: user, Bucket: edge.BucketOf(user),
 		Version: crdt.Version{Epoch: 1, Op: pos}, State: crdt.Liked, Delta: 1,

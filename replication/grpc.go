@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
@@ -184,6 +186,11 @@ type TransportConfig struct {
 	KeepaliveTimeout time.Duration
 	// MaxMsgSize bounds sent and received messages (default 64 MiB).
 	MaxMsgSize int
+	// Credentials returns the transport credentials for calling region (mutual
+	// TLS that accepts only a server proving that region: peertls). Nil:
+	// plaintext, for an operator's explicit --insecure-plaintext-peers and
+	// for tests.
+	Credentials func(region string) credentials.TransportCredentials
 }
 
 func (c TransportConfig) withDefaults() (TransportConfig, error) {
@@ -208,9 +215,9 @@ func (c TransportConfig) withDefaults() (TransportConfig, error) {
 }
 
 // GRPCTransport is the Transport over gRPC: one cached *grpc.ClientConn per
-// peer address, insecure credentials (regions talk over a trusted network; on
-// loopback in tests), keepalive, and the JSON codec forced per connection.
-// Safe for concurrent use.
+// peer (region and address), mutual TLS naming the region it meant to reach
+// (TransportConfig.Credentials; plaintext only when that is nil), keepalive,
+// and the JSON codec forced per connection. Safe for concurrent use.
 type GRPCTransport struct {
 	cfg TransportConfig
 
@@ -237,7 +244,8 @@ func NewGRPCTransport(cfg TransportConfig) (*GRPCTransport, error) {
 	return &GRPCTransport{cfg: cfg, conns: make(map[string]*grpc.ClientConn), bytes: make(map[string]*byteCounts)}, nil
 }
 
-func (t *GRPCTransport) conn(addr string) (*grpc.ClientConn, error) {
+func (t *GRPCTransport) conn(p Peer) (*grpc.ClientConn, error) {
+	addr := p.GRPCAddr
 	if addr == "" {
 		return nil, status.Error(codes.InvalidArgument, "replication: peer has no gRPC address")
 	}
@@ -246,8 +254,15 @@ func (t *GRPCTransport) conn(addr string) (*grpc.ClientConn, error) {
 	if t.closed {
 		return nil, ErrTransportClosed
 	}
-	if cc, ok := t.conns[addr]; ok {
+	// Keyed by region too: an address that gossip re-assigns to another
+	// region gets a connection that verifies the new name.
+	key := p.Region + "|" + addr
+	if cc, ok := t.conns[key]; ok {
 		return cc, nil
+	}
+	creds := insecure.NewCredentials()
+	if t.cfg.Credentials != nil {
+		creds = t.cfg.Credentials(p.Region)
 	}
 	bc, ok := t.bytes[addr]
 	if !ok {
@@ -255,7 +270,7 @@ func (t *GRPCTransport) conn(addr string) (*grpc.ClientConn, error) {
 		t.bytes[addr] = bc
 	}
 	cc, err := grpc.NewClient("passthrough:///"+addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		rpcjson.Reconnect(),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time: t.cfg.KeepaliveTime, Timeout: t.cfg.KeepaliveTimeout, PermitWithoutStream: true,
@@ -269,13 +284,13 @@ func (t *GRPCTransport) conn(addr string) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replication: connect %s: %w", addr, err)
 	}
-	t.conns[addr] = cc
+	t.conns[key] = cc
 	return cc, nil
 }
 
 // Push sends b to peer and returns the peer's cursor for this region.
 func (t *GRPCTransport) Push(ctx context.Context, peer Peer, b Batch) (Cursor, error) {
-	cc, err := t.conn(peer.GRPCAddr)
+	cc, err := t.conn(peer)
 	if err != nil {
 		return Cursor{}, err
 	}
@@ -291,7 +306,7 @@ func (t *GRPCTransport) Push(ctx context.Context, peer Peer, b Batch) (Cursor, e
 
 // Digest sends an anti-entropy digest to peer.
 func (t *GRPCTransport) Digest(ctx context.Context, peer Peer, req DigestRequest) (DigestResponse, error) {
-	cc, err := t.conn(peer.GRPCAddr)
+	cc, err := t.conn(peer)
 	if err != nil {
 		return DigestResponse{}, err
 	}
@@ -308,7 +323,7 @@ func (t *GRPCTransport) Digest(ctx context.Context, peer Peer, req DigestRequest
 // Heads asks peer for its own-log heads on behalf of a planned move's new
 // owner (see Fencer).
 func (t *GRPCTransport) Heads(ctx context.Context, peer Peer, req HeadsRequest) (HeadsResponse, error) {
-	cc, err := t.conn(peer.GRPCAddr)
+	cc, err := t.conn(peer)
 	if err != nil {
 		return HeadsResponse{}, err
 	}
@@ -332,13 +347,18 @@ func (t *GRPCTransport) BytesSent(addr string) uint64 {
 	return 0
 }
 
-// Forget closes the cached connection to addr, if any (a peer moved or left).
+// Forget closes the cached connections to addr, if any (a peer moved or left).
 func (t *GRPCTransport) Forget(addr string) {
 	t.mu.Lock()
-	cc, ok := t.conns[addr]
-	delete(t.conns, addr)
+	var gone []*grpc.ClientConn
+	for k, cc := range t.conns {
+		if strings.HasSuffix(k, "|"+addr) {
+			gone = append(gone, cc)
+			delete(t.conns, k)
+		}
+	}
 	t.mu.Unlock()
-	if ok {
+	for _, cc := range gone {
 		_ = cc.Close()
 	}
 }

@@ -10,6 +10,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"likes/edge"
+	"likes/internal/peertls"
 )
 
 // ServerConfig configures the receiving side.
@@ -25,6 +28,9 @@ type ServerConfig struct {
 	// Fencer answers Heads (the planned-move barrier). Nil: Heads answers
 	// codes.Unimplemented.
 	Fencer Fencer
+	// Regions are the configured regions: on a mutual-TLS server a caller's
+	// certificate must name one of them (empty: any the CA vouches for).
+	Regions []string
 	// Logger receives refusals and store errors. Default: discard.
 	Logger *slog.Logger
 }
@@ -83,7 +89,12 @@ func (s *Server) lock(ctx context.Context, from string) (unlock func(), err erro
 	}
 }
 
-func (s *Server) checkPeer(from string, partitions int) error {
+func (s *Server) checkPeer(ctx context.Context, from string, partitions int) error {
+	// On a mutual-TLS server the sender is who its certificate says; a
+	// message that claims another region is refused before it is read.
+	if err := peertls.CheckCaller(ctx, from, s.cfg.Regions); err != nil {
+		return status.Errorf(codes.PermissionDenied, "replication: %v", err)
+	}
 	if from == "" {
 		return status.Error(codes.InvalidArgument, "replication: message has no sender region")
 	}
@@ -102,7 +113,7 @@ func (s *Server) checkPeer(from string, partitions int) error {
 // afterwards. An empty batch is the handshake: it changes nothing and returns
 // the cursor. Errors are gRPC statuses.
 func (s *Server) Push(ctx context.Context, b Batch) (Cursor, error) {
-	if err := s.checkPeer(b.From, b.Partitions); err != nil {
+	if err := s.checkPeer(ctx, b.From, b.Partitions); err != nil {
 		s.cfg.Logger.Warn("replication: push refused", "from", b.From, "err", err)
 		return Cursor{}, err
 	}
@@ -188,7 +199,15 @@ func validateBatch(b Batch) error {
 			if ev.Pos <= prev || ev.Pos > pb.Through {
 				return bad("partition %d: event position %d not in (%d, %d] or out of order", pb.Partition, ev.Pos, prev, pb.Through)
 			}
+			if err := edge.ValidateEvent(ev, b.Partitions); err != nil {
+				return bad("%v", err)
+			}
 			prev = ev.Pos
+		}
+		// A sender's run ends at its last event: a Through past it would
+		// move the receiver's cursor over events it never received.
+		if prev != pb.Through {
+			return bad("partition %d: through %d is past the last event sent (%d)", pb.Partition, pb.Through, prev)
 		}
 	}
 	if b.CellsThrough < b.CellsAfter {
@@ -205,7 +224,7 @@ func validateBatch(b Batch) error {
 // Digest compares the sender's per-bucket hashes with this region's copy of
 // the sender's cells and returns the buckets that differ.
 func (s *Server) Digest(ctx context.Context, req DigestRequest) (DigestResponse, error) {
-	if err := s.checkPeer(req.From, req.Partitions); err != nil {
+	if err := s.checkPeer(ctx, req.From, req.Partitions); err != nil {
 		return DigestResponse{}, err
 	}
 	if len(req.Buckets) != DigestBuckets {
@@ -234,7 +253,7 @@ func (s *Server) Digest(ctx context.Context, req DigestRequest) (DigestResponse,
 // Heads answers a planned move's new owner with this region's own-log heads
 // (see Fencer).
 func (s *Server) Heads(ctx context.Context, req HeadsRequest) (HeadsResponse, error) {
-	if err := s.checkPeer(req.From, req.Partitions); err != nil {
+	if err := s.checkPeer(ctx, req.From, req.Partitions); err != nil {
 		return HeadsResponse{}, err
 	}
 	if s.cfg.Fencer == nil {

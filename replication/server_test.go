@@ -18,8 +18,16 @@ import (
 	"likes/internal/rpcjson"
 )
 
+// ev is a valid like event at position pos of partition p (of 2): its item
+// is chosen so that the item and the user's bucket place it in p.
 func ev(p uint32, pos uint64) edge.Event {
-	return edge.Event{Partition: p, Pos: pos, Item: "i", User: "u", Kind: edge.KindFlip, Delta: 1}
+	b := edge.BucketOf("u")
+	item := "i"
+	for n := 0; edge.PartitionOf(item, b, 2) != p; n++ {
+		item = fmt.Sprintf("i%d", n)
+	}
+	return edge.Event{Partition: p, Pos: pos, Item: item, User: "u", Bucket: b, Kind: edge.KindFlip,
+		State: crdt.Liked, Delta: 1, Version: crdt.Version{Epoch: 1, Op: pos}}
 }
 
 func cell(item string, hwm uint64) CellState {
@@ -72,6 +80,13 @@ func TestServerGapsAndDuplicates(t *testing.T) {
 	}
 }
 
+// one is a batch of one valid event of partition 0, changed by f.
+func one(f func(*edge.Event)) Batch {
+	e := ev(0, 1)
+	f(&e)
+	return Batch{From: "eu", Partitions: 2, Parts: []PartBatch{{Partition: 0, Events: []edge.Event{e}, Through: 1}}}
+}
+
 func TestServerRejectsInvalid(t *testing.T) {
 	ctx := context.Background()
 	srv := newServer(t, "us", 2, newFakeSink(2))
@@ -90,6 +105,18 @@ func TestServerRejectsInvalid(t *testing.T) {
 		"cells backwards": {Batch{From: "eu", Partitions: 2, CellsAfter: 3, CellsThrough: 2}, codes.InvalidArgument},
 		"duplicate part":  {Batch{From: "eu", Partitions: 2, Parts: []PartBatch{{Partition: 0}, {Partition: 0}}}, codes.InvalidArgument},
 		"through < after": {Batch{From: "eu", Partitions: 2, Parts: []PartBatch{{Partition: 0, After: 3, Through: 2}}}, codes.InvalidArgument},
+		// An attacker's batches: a cursor pushed past what was sent, and
+		// events no correct region writes.
+		"through past the events": {Batch{From: "eu", Partitions: 2, Parts: []PartBatch{{Partition: 0, Events: []edge.Event{ev(0, 1)}, Through: 1 << 63}}}, codes.InvalidArgument},
+		"through with no events":  {Batch{From: "eu", Partitions: 2, Parts: []PartBatch{{Partition: 0, Through: ^uint64(0)}}}, codes.InvalidArgument},
+		"unknown kind":            {one(func(e *edge.Event) { e.Kind = 99 }), codes.InvalidArgument},
+		"control char in user":    {one(func(e *edge.Event) { e.User = "u\x00v" }), codes.InvalidArgument},
+		"bucket not the user's":   {one(func(e *edge.Event) { e.Bucket = (e.Bucket + 1) % edge.Buckets }), codes.InvalidArgument},
+		"delta of a million":      {one(func(e *edge.Event) { e.Delta = 1_000_000 }), codes.InvalidArgument},
+		"unknown state":           {one(func(e *edge.Event) { e.State = 7 }), codes.InvalidArgument},
+		"epoch 0 flip":            {one(func(e *edge.Event) { e.Version.Epoch = 0 }), codes.InvalidArgument},
+		"record on a correction":  {one(func(e *edge.Event) { e.Kind = edge.KindCorrection; e.Idem = &edge.IdemRef{Key: "k"} }), codes.InvalidArgument},
+		"oversized item":          {one(func(e *edge.Event) { e.Item = strings.Repeat("x", 300) }), codes.InvalidArgument},
 	}
 	for name, c := range cases {
 		if _, err := srv.Push(ctx, c.b); status.Code(err) != c.code {

@@ -322,6 +322,10 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cluster func(i int) *region.Cluster
 	var after func()
 	if len(names) > 1 {
+		ids, gossipKey, err := devPeerSecurity(c.data, names)
+		if err != nil {
+			return err
+		}
 		etcdAddr := net.JoinHostPort(c.host, fmt.Sprint(*etcdPort))
 		logger.Info("starting embedded etcd", "client", "http://"+etcdAddr, "data", filepath.Join(c.data, "etcd"))
 		e, err := epoch.StartEmbedded(epoch.EmbeddedConfig{
@@ -346,6 +350,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				GRPCListen:    net.JoinHostPort(c.host, fmt.Sprint(*grpcPort+i)),
 				HTTPAdvertise: "http://" + net.JoinHostPort(c.host, fmt.Sprint(*port+i)),
 				GossipBind:    c.host, GossipPort: *gossipPort + i, Seeds: seeds,
+				TLS: ids[names[i]], GossipKey: gossipKey,
 			}
 		}
 	}
@@ -413,6 +418,8 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	peerAddrs := fs.String("peer-addrs", "", "region=host:port,… overriding the gRPC address used to reach a peer (e.g. through a proxy)")
 	antiEntropy := fs.Duration("anti-entropy", 30*time.Second, "replication anti-entropy digest interval")
 	unsafe := fs.String("unsafe-break", "", "TESTING ONLY: switch guarantees off (fence,idempotency,lease) to prove the chaos checker fails")
+	var peerSec peerSecurity
+	peerSec.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -469,6 +476,10 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("--gossip port: %w", err)
 	}
 	logger := newLogger(stderr)
+	peerID, gossipKey, err := peerSec.load(*name, logger)
+	if err != nil {
+		return err
+	}
 	sec := secret(logger)
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -493,6 +504,7 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			GRPCListen: *grpcAddr, HTTPAdvertise: "http://" + ln.Addr().String(),
 			GossipBind: gHost, GossipPort: gPort, Seeds: seedList,
 			PeerAddrs: overrides, AntiEntropy: *antiEntropy,
+			TLS: peerID, GossipKey: gossipKey,
 		},
 		Unsafe: brk,
 	})

@@ -1,0 +1,183 @@
+package region_test
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	"likes/api"
+	"likes/crdt"
+	"likes/edge"
+	"likes/internal/peertls"
+	"likes/replication"
+)
+
+// TestHostilePeers attacks us's region-to-region plane as someone on the
+// network would, with the project's own exported client types: without
+// credentials, with credentials of another CA, and as a real region lying
+// about what it is or what it sends. Every attempt is refused, and nothing is
+// stored: the item's count, the user's edge and us's cursors are unchanged.
+func TestHostilePeers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three regions and etcd")
+	}
+	c := startTri(t)
+	us := c.byName["us"]
+	addr := us.r.GRPCAddr()
+	ps := c.mustPins(t)
+	var victim string
+	for _, u := range triUsers(1) {
+		if triOwner(ps, u).Region == "us" {
+			victim = u
+			break
+		}
+	}
+	if r := c.set(us, victim, "target", "k-victim", true); r.code != http.StatusOK {
+		t.Fatalf("victim's like: %v", r)
+	}
+	c.waitCounts(t, map[string]int64{"target": 1}, 20*time.Second)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	usPeer := replication.Peer{Region: "us", GRPCAddr: addr}
+	forged := forgedBatch("ap")
+	push := func(creds func(string) credentials.TransportCredentials, b replication.Batch) error {
+		tr, err := replication.NewGRPCTransport(replication.TransportConfig{Credentials: creds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		cctx, ccancel := context.WithTimeout(ctx, 3*time.Second)
+		defer ccancel()
+		_, err = tr.Push(cctx, usPeer, b)
+		return err
+	}
+	otherIDs, err := peertls.EnsureDev(filepath.Join(t.TempDir(), "other-ca"), []string{"ap"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noCert := func(string) credentials.TransportCredentials {
+		return credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
+	}
+	// Another CA's certificate, from a client that trusts any server: the
+	// refusal must be us's own.
+	otherCA := func(string) credentials.TransportCredentials {
+		cfg := otherIDs["ap"].ClientConfig("us")
+		cfg.VerifyConnection = nil
+		return credentials.NewTLS(cfg)
+	}
+	eu := c.ids["eu"]
+	attacks := []struct {
+		name  string
+		err   error
+		codes []codes.Code
+	}{
+		{"plaintext client", push(nil, forged), []codes.Code{codes.Unavailable}},
+		{"TLS client without a certificate", push(noCert, forged), []codes.Code{codes.Unavailable}},
+		{"certificate of another CA", push(otherCA, forged), []codes.Code{codes.Unavailable}},
+		{"server of another CA", push(otherIDs["ap"].ClientCredentials, forged), []codes.Code{codes.Unavailable}},
+		{"eu's certificate pushing as ap", push(eu.ClientCredentials, forged), []codes.Code{codes.PermissionDenied}},
+		{"eu pushing a cell of ap", push(eu.ClientCredentials, withFrom(forged, "eu", true)), []codes.Code{codes.InvalidArgument}},
+		{"eu pushing a cursor past its events", push(eu.ClientCredentials, pastThrough("eu")), []codes.Code{codes.InvalidArgument}},
+	}
+	for _, a := range attacks {
+		if a.err == nil {
+			t.Errorf("%s: accepted", a.name)
+			continue
+		}
+		if code := status.Code(a.err); !containsCode(a.codes, code) {
+			t.Errorf("%s: refused with %v (%v), want %v", a.name, code, a.err, a.codes)
+		}
+	}
+
+	// A real region forwarding what no ingress region sends: an erasure write
+	// of a user whose erasure never started, and a like under another kind.
+	fw := api.NewForwarder("eu", func(string) (string, bool) { return addr, true }, eu.ClientCredentials)
+	defer fw.Close()
+	for name, req := range map[string]edge.Request{
+		"erasure of a user not being erased": {Item: "target", User: victim, Target: crdt.Erased, Kind: edge.KindErasure},
+		"a correction":                       {Item: "target", User: victim, Target: crdt.Unliked, Kind: edge.KindCorrection, IdemKey: "x"},
+		"a like with a control character":    {Item: "tar\x01get", User: victim, Target: crdt.Liked, Kind: edge.KindFlip, IdemKey: "y"},
+	} {
+		if _, err := fw.Forward(ctx, "us", req); err == nil || !errors.Is(err, edge.ErrFailClosed) || !strings.Contains(err.Error(), "InvalidArgument") {
+			t.Errorf("forwarded %s: %v, want refused as invalid", name, err)
+		}
+	}
+	// An impostor claiming to be ap from outside the CA cannot forward either.
+	imp := api.NewForwarder("ap", func(string) (string, bool) { return addr, true }, otherIDs["ap"].ClientCredentials)
+	defer imp.Close()
+	if _, err := imp.Forward(ctx, "us", edge.Request{Item: "target", User: victim, Target: crdt.Unliked, Kind: edge.KindFlip, IdemKey: "z"}); err == nil {
+		t.Error("an unlike forwarded with a certificate of another CA was applied")
+	}
+
+	// A gossip member without the key never becomes a peer.
+	m, err := replication.NewMembership(replication.MembershipConfig{Region: "eu", GRPCAddr: "127.0.0.1:1", BindAddr: "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if n, err := m.Join([]string{us.r.GossipAddr()}); err == nil && n > 0 {
+		t.Errorf("a member without the gossip key joined %d nodes", n)
+	}
+
+	// Nothing was stored.
+	for _, n := range c.nodes {
+		if cnt, err := c.count(n, "target"); err != nil || cnt.Count != 1 {
+			t.Errorf("count at %s after the attacks = %+v, %v; want 1", n.name, cnt, err)
+		}
+	}
+	if liked, err := c.button(us, victim, "target"); err != nil || !liked {
+		t.Errorf("victim's like after the attacks = %v, %v", liked, err)
+	}
+	// eu's replication to us still flows: the forged cursor moved nothing.
+	var euUser string
+	for _, u := range triUsers(1) {
+		if triOwner(ps, u).Region == "eu" {
+			euUser = u
+			break
+		}
+	}
+	if r := c.set(c.byName["eu"], euUser, "after-attack", "k-after", true); r.code != http.StatusOK {
+		t.Fatalf("like at eu after the attacks: %v", r)
+	}
+	c.waitCounts(t, map[string]int64{"target": 1, "after-attack": 1}, 20*time.Second)
+}
+
+func containsCode(cs []codes.Code, c codes.Code) bool {
+	for _, x := range cs {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+// forgedBatch is the audit's attack: a cell of region from with a million
+// likes and the highest hwm, so anti-entropy could never undo it.
+func forgedBatch(from string) replication.Batch {
+	return replication.Batch{From: from, Partitions: 4, CellsThrough: 1, Cells: []replication.CellState{{
+		Key:  crdt.CellKey{Item: "target", Region: "ap", Shard: 0},
+		Cell: crdt.Cell{P: 1_000_000, HWM: ^uint64(0) >> 1},
+	}}}
+}
+
+func withFrom(b replication.Batch, from string, keepCells bool) replication.Batch {
+	b.From = from
+	if !keepCells {
+		b.Cells = nil
+	}
+	return b
+}
+
+func pastThrough(from string) replication.Batch {
+	return replication.Batch{From: from, Partitions: 4, Parts: []replication.PartBatch{{Partition: 0, Through: ^uint64(0)}}}
+}

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -194,4 +195,99 @@ func TestShippedWatermarkSurvivesCrash(t *testing.T) {
 		_, err := r0.svc.Set(s.ctx, s.users[u], s.items[0], crdt.Liked, "k") // checkFresh runs here
 		s.must(err, "like")
 	})
+}
+
+// TestErasureSurvivesUnplannedFailover is issue 17 (found by the chaos soak;
+// the simulation found it too once it modelled erasures, TestSim seeds 11, 20
+// and others): region ap is cut from its peers but still holds its lease and
+// acknowledges a like it cannot replicate; ap is cut from etcd and its range
+// fails over (unplanned) to us; the user's account erasure is acknowledged by
+// us, which has never seen the edge, so its eraser neither lists nor
+// tombstones it; the links heal, ap's LIKED replicates, nothing newer exists,
+// and the erased user's like is applied and counted for good.
+func TestErasureSurvivesUnplannedFailover(t *testing.T) {
+	scripted(t, func(s *sim) {
+		g := -1
+		for r := range s.usersOf {
+			if len(s.usersOf[r]) > 0 {
+				g = r
+				break
+			}
+		}
+		ap := s.regions[s.idx(s.current(g).Region)]
+		us := s.regions[(ap.idx+1)%len(s.regions)]
+		u := s.usersOf[g][0]
+		user, item := s.users[u], s.items[0]
+		for b := range s.regions { // ap is cut from its peers
+			if b != ap.idx {
+				s.links[ap.idx][b].cut, s.links[b][ap.idx].cut = true, true
+			}
+		}
+		_, err := ap.svc.Set(s.ctx, user, item, crdt.Liked, "k1") // acknowledged, not replicated
+		s.must(err, "like at ap")
+		ap.etcdUp = false // and from etcd: the range fails over to us
+		p := s.movePin(g, us.name, s.clk.Now().Add(leaseTTL+maxSkew), false)
+		s.clk.Advance(p.NotBefore.Sub(s.clk.Now()))
+		s.refreshEtcd()
+		j, err := us.er.Start(s.ctx, user)
+		s.must(err, "erase at us")
+		if j.State != edge.ErasureDone || j.Edges != 0 {
+			t.Fatalf("erasure at us: %+v, want done with nothing to erase", j)
+		}
+		s.erasure[u].acked = us.name
+		s.heal()
+		s.checkFinal()
+	})
+}
+
+// TestRetractionRacesFailover: an admin retraction the cut-off old owner
+// accepted and could not replicate ends UNLIKED after an unplanned failover
+// and healing, unless a write accepted later (in real time) by the new owner
+// says otherwise; counts follow the edge either way (corrections).
+func TestRetractionRacesFailover(t *testing.T) {
+	for _, later := range []bool{false, true} {
+		t.Run(fmt.Sprintf("laterLike=%v", later), func(t *testing.T) {
+			scripted(t, func(s *sim) {
+				g := -1
+				for r := range s.usersOf {
+					if len(s.usersOf[r]) > 0 {
+						g = r
+						break
+					}
+				}
+				old := s.regions[s.idx(s.current(g).Region)]
+				nu := s.regions[(old.idx+1)%len(s.regions)]
+				u := s.usersOf[g][0]
+				user, item := s.users[u], s.items[0]
+				_, err := old.svc.Set(s.ctx, user, item, crdt.Liked, "k1")
+				s.must(err, "like")
+				for s.shipDirect(old, nu) { // the like reaches the new owner
+				}
+				for b := range s.regions {
+					if b != old.idx {
+						s.links[old.idx][b].cut, s.links[b][old.idx].cut = true, true
+					}
+				}
+				_, err = old.svc.Retract(s.ctx, item, user) // acknowledged, not replicated
+				s.must(err, "retract")
+				old.etcdUp = false
+				p := s.movePin(g, nu.name, s.clk.Now().Add(leaseTTL+maxSkew), false)
+				s.clk.Advance(p.NotBefore.Sub(s.clk.Now()))
+				s.refreshEtcd()
+				want := crdt.Unliked
+				if later {
+					_, err = nu.svc.Set(s.ctx, user, item, crdt.Liked, "k2") // first touch in epoch 2
+					s.must(err, "later like")
+					want = crdt.Liked
+				}
+				s.heal()
+				s.checkFinal()
+				e, _, err := nu.st.Edge(s.ctx, item, user)
+				s.must(err, "edge")
+				if e.State != want || s.edges[0][u].last != want {
+					t.Fatalf("edge after healing %v/%v (model %v), want %v", e.Version, e.State, s.edges[0][u].last, want)
+				}
+			})
+		})
+	}
 }

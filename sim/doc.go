@@ -3,8 +3,10 @@
 // environment and pebble's seeded metamorphic tests).
 //
 // Real: per region a pebblestore.Store on its own vfs.NewCrashableMem, an
-// edge.Service (with its forwarding path), one pipeline.Aggregator per log
-// partition stepped by hand, and a replication.Server that applies pushes
+// edge.Service (with its forwarding path), an edge.Eraser stepped by hand
+// (EraserConfig.Manual: Start runs its inline step, RunOnce is one tick of
+// the background loop), one pipeline.Aggregator per log partition stepped by
+// hand, and a replication.Server that applies pushes
 // through the store's Sink methods (ApplyRemote per partition, then
 // MergeCells) and answers digests; authority decisions are epoch.Decide.
 // Simulated: time (one clock.Fake), the network (a message queue per directed
@@ -13,15 +15,23 @@
 // (batches built from the sender's Source exactly as replication.Shipper
 // builds them: watermark first, then the log after the peer's cursor, then
 // the cell changes; the watermark only when every cell change is included),
-// and the clients.
+// the clients, and the API's relay of an erasure request to the user's home
+// (a region whose pin view says it is not the owner relays the request to the
+// owner it names; 503 when that owner is unreachable, outcome unknown when the
+// relay's answer is lost).
 //
 // One goroutine schedules everything from a seeded PCG generator, so a seed
 // replays exactly (the stores' own goroutines only ever serve one call at a
 // time; crashes keep exactly the synced data, never a random fraction). Each
 // seed also draws its fault mix (swarm testing): how often it writes (new
 // requests, retries, deep-dive-1 stale retries of an old like after an
-// unlike, keys reused for other requests, retractions), steps aggregators,
-// ships, loses, duplicates or reorders messages, cuts links, cuts regions off
+// unlike, keys reused for other requests), retracts edges (the abuse
+// system's unlike, mostly of liked edges), requests account erasures (of at
+// most a few users per run, preferring users of the most recently moved range;
+// retries too, which may take over another region's job), ticks erasers (with
+// a small inline limit and per-tick budget, so jobs outlive Start and meet
+// faults; a done job purges the user), steps aggregators, ships, loses,
+// duplicates or reorders messages, cuts links, cuts regions off
 // from etcd, moves pins (planned drains with a catch-up barrier; unplanned
 // failovers whose new owner starts at notBefore without the old owner's
 // unreplicated tail, while the old owner is cut off from etcd, isolated from
@@ -36,6 +46,9 @@
 //   - epoch safety: every accepted write ran under the epoch of a pin naming
 //     the writing region, before any newer epoch's notBefore, and per range
 //     accepted epochs never go back;
+//   - erasure: a write is refused as erased, or an edge erased, only once some
+//     region has started erasing the user; an acknowledged erasure answer
+//     comes with a job a region stored;
 //   - idempotency: a region holding a key's record replays it (same answer,
 //     nothing written) or refuses it as a conflict (another request); a record
 //     the owner has not received yet (the unplanned-failover window of DESIGN
@@ -46,12 +59,21 @@
 //     or past the event time of an event that region just committed;
 //   - watermark honesty at random points (below).
 //
-// Checked after healing (every fault ends, every message is delivered, then
-// shipping and stepping run until nothing changes):
+// Checked after healing (every fault ends, every message is delivered, the
+// clock passes every current epoch's notBefore, then stepping, eraser ticks
+// and shipping run until nothing changes):
 //
 //   - every region holds the same register for every edge, equal to the newest
 //     version any region wrote, whose state is the target of the last request
-//     (in real time) that a region accepted for the edge;
+//     (in real time) that a region accepted for the edge (a retraction is such
+//     a request, with target UNLIKED), unless the user is erased;
+//   - erasure: for every user whose erasure started at any region (every
+//     acknowledged one did), every edge of the user that exists is ERASED
+//     everywhere (none is LIKED), every region holds the user's erasure mark
+//     and no job is still running, no job reports more likes removed than
+//     edges erased, and the user's jobs together report at most the
+//     tombstoning writes that happened and at least the edges that exist
+//     (less forwarded erasures whose answers were lost);
 //   - every region's Count(item) equals the number of LIKED edges, and each
 //     source region's cells of an item sum to the same value everywhere;
 //   - honesty: at every region x, for every region r with watermark T at x,
@@ -61,5 +83,6 @@
 //
 // A failure names the seed, the step and the command that replays it with a
 // trace: LIKES_SIM_SEED=S go test ./sim -run '^TestSim$' -v (TestSimChains
-// failures name TestSimChains, which replays with its own fault mix).
+// and TestSimErasures failures name their test, which replays with its own
+// fault mix).
 package sim

@@ -111,7 +111,16 @@ func (s *sim) onApply(r *region, req edge.Request, d edge.Decision, err error) {
 			otherFP++
 		}
 	}
+	if req.Kind == edge.KindErasure && !s.erasure[uu].started {
+		s.failf("erasure: %s erased %s/%s, but no region ever started erasing %s", r.name, req.Item, req.User, req.User)
+	}
 	switch d.Action {
+	case edge.ActErased:
+		s.stats.ErasedRefusals++
+		if !s.erasure[uu].started {
+			s.failf("erasure: %s refused %s's write to %s as erased, but no region ever started erasing %s", r.name,
+				req.User, req.Item, req.User)
+		}
 	case edge.ActWrite, edge.ActNoop:
 		s.stats.Accepted++
 		s.checkEpoch(r, req)
@@ -125,6 +134,10 @@ func (s *sim) onApply(r *region, req edge.Request, d edge.Decision, err error) {
 		em.last = req.Target
 		if d.Action == edge.ActWrite {
 			s.stats.Writes++
+			if req.Kind == edge.KindErasure {
+				s.stats.EraseWrites++
+				s.erasure[uu].writes++
+			}
 			reg := d.Edge.Register()
 			if reg.Version.Epoch != req.Epoch {
 				s.failf("write at %s has version %v under epoch %d", r.name, reg.Version, req.Epoch)
@@ -344,7 +357,9 @@ func (s *sim) checkFinal() {
 				s.failf("model: edge %s/%s converged to %v/%v, newest write was %v/%v", item, user,
 					first.Version, first.State, em.max.Version, em.max.State)
 			}
-			if first.State != em.last {
+			// An erased user's edges are checked by checkErasures: the erasure
+			// wins over every write, before or after it.
+			if first.State != em.last && !s.erasure[u].started {
 				s.failf("model: edge %s/%s converged to %v, last accepted request wanted %v", item, user, first.State, em.last)
 			}
 			if first.State == crdt.Liked {
@@ -352,6 +367,7 @@ func (s *sim) checkFinal() {
 			}
 		}
 	}
+	s.checkErasures()
 	// Counts: every region, every item; and per source region, the cells sum alike.
 	for i, item := range s.items {
 		for _, r := range s.regions {

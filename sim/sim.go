@@ -67,6 +67,14 @@ type Stats struct {
 	HonestyChecks  int
 	AntiEntropy    int // digest rounds
 	HealRounds     int
+	Retractions    int // admin unlikes issued
+	Erasures       int // account erasure requests issued (first tries and retries)
+	ErasuresAcked  int // erasure requests answered 200/202
+	ErasedUsers    int // users whose erasure started somewhere
+	EraseTicks     int // background eraser ticks
+	EraseWrites    int // edge versions written by erasures
+	ErasedRefusals int // writes refused because the user is erased
+	LateEdges      int // edges of erased users that reached a job's region after it started (ErasureJob.Late, at the end)
 }
 
 // Failure is a broken invariant (or an unexpected error) of one seed.
@@ -89,6 +97,7 @@ type Knobs struct {
 	// Action weights.
 	WWrite, WStep, WSend, WDeliver, WClock, WPartition, WEtcd  int
 	WPlanned, WUnplanned, WCrash, WRestart, WSync, WCheck, WAE int
+	WRetract, WErase, WEraseTick                               int
 
 	PDrop, PDup, PReorder float64 // per delivery
 	PLostReply            float64 // per accepted forwarded or local request
@@ -102,6 +111,10 @@ type Knobs struct {
 	// PUnplannedCrash and PUnplannedIsolate: what happens to the old owner in
 	// an unplanned failover besides losing etcd.
 	PUnplannedCrash, PUnplannedIsolate float64
+	// EraseInline and EraseRate are the eraser's inline limit and per-tick
+	// budget (small, so jobs outlive Start and meet faults); MaxErased bounds
+	// how many users a run erases.
+	EraseInline, EraseRate, MaxErased int
 }
 
 func drawKnobs(r *rand.Rand) Knobs {
@@ -126,6 +139,16 @@ func drawKnobs(r *rand.Rand) Knobs {
 	}
 	k.PUnplannedCrash = float64(r.IntN(3)) * 0.15
 	k.PUnplannedIsolate = 0.3 + float64(r.IntN(3))*0.2
+	// Retractions and erasures (drawn last, so the other knobs of a seed stay
+	// as they were before these existed).
+	k.WRetract = r.IntN(4)
+	k.WErase = r.IntN(4)
+	if k.WErase > 0 {
+		k.WEraseTick = 1 + r.IntN(5)
+	}
+	k.EraseInline = 1 + r.IntN(4)
+	k.EraseRate = 1 + r.IntN(4)
+	k.MaxErased = 1 + r.IntN(4)
 	return k
 }
 
@@ -206,6 +229,7 @@ type sim struct {
 	lastMove []int      // per range: step of the last move (0: never)
 
 	edges    [][]edgeModel // [item][user]
+	erasure  []eraseModel  // [user]
 	keys     map[keyID]*keyModel
 	requests []*request
 	// lastApply is the decision of the most recent Store.Apply (set by recStore).
@@ -220,6 +244,7 @@ type region struct {
 	svc  *edge.Service
 	aggs []*pipeline.Aggregator
 	srv  *replication.Server
+	er   *edge.Eraser // stepped by hand (EraserConfig.Manual)
 	ov   *overlay
 	inc  int // incarnation: grows on every crash
 
@@ -230,6 +255,8 @@ type region struct {
 	out []*peerView // shipping state per peer (nil for self)
 	// written[item][user] is the newest version this region wrote (durability).
 	written [][]crdt.Register
+	// eraseErr is the last error of the eraser while healing.
+	eraseErr error
 }
 
 func (r *region) down() bool { return r.st == nil }
@@ -271,6 +298,7 @@ func newSim(opts Options) *sim {
 	for i := range s.edges {
 		s.edges[i] = make([]edgeModel, k.Users)
 	}
+	s.erasure = make([]eraseModel, k.Users)
 	s.pins = make([][]pinRec, k.Ranges)
 	s.maxEpoch = make([]uint64, k.Ranges)
 	s.lastMove = make([]int, k.Ranges)
@@ -341,6 +369,11 @@ func (s *sim) open(r *region) {
 		Forwarder: forwarder{s: s, from: r.idx}, IdemTTL: idemTTL,
 	})
 	s.must(err, "new service")
+	r.er, err = edge.NewEraser(s.ctx, edge.EraserConfig{
+		Service: r.svc, Store: rs, Jobs: &recJobs{Store: st, s: s, r: r}, Clock: s.clk,
+		Rate: s.k.EraseRate, Inline: s.k.EraseInline, Manual: true,
+	})
+	s.must(err, "new eraser")
 	r.aggs = make([]*pipeline.Aggregator, s.k.Partitions)
 	for p := range r.aggs {
 		r.aggs[p], err = pipeline.NewAggregator(pipeline.Config{
@@ -366,6 +399,9 @@ func (s *sim) open(r *region) {
 
 func (s *sim) closeAll() {
 	for _, r := range s.regions {
+		if r.er != nil {
+			_ = r.er.Close()
+		}
 		if r.st != nil {
 			_ = r.st.Close()
 			r.st = nil
@@ -378,7 +414,8 @@ func (s *sim) act() {
 	s.stats.Steps++
 	k := &s.k
 	ws := []int{k.WWrite, k.WStep, k.WSend, k.WDeliver, k.WClock, k.WPartition, k.WEtcd,
-		k.WPlanned, k.WUnplanned, k.WCrash, k.WRestart, k.WSync, k.WCheck, k.WAE}
+		k.WPlanned, k.WUnplanned, k.WCrash, k.WRestart, k.WSync, k.WCheck, k.WAE,
+		k.WRetract, k.WErase, k.WEraseTick}
 	total := 0
 	for _, w := range ws {
 		total += w
@@ -417,6 +454,12 @@ func (s *sim) act() {
 		s.checkHonestyAll()
 	case 13:
 		s.antiEntropy()
+	case 14:
+		s.retract()
+	case 15:
+		s.eraseRequest()
+	case 16:
+		s.eraseTick()
 	}
 }
 
@@ -668,8 +711,9 @@ func (s *sim) crashSynced(r *region, synced bool) {
 		s.must(r.st.DB().LogData(nil, pebble.Sync), "sync before crash")
 	}
 	clone := r.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	_ = r.er.Close()
 	_ = r.st.Close()
-	r.st, r.svc, r.aggs, r.srv, r.ov = nil, nil, nil, nil, nil
+	r.st, r.svc, r.er, r.aggs, r.srv, r.ov = nil, nil, nil, nil, nil, nil
 	r.fs = clone
 	r.inc++
 	s.stats.Crashes++
@@ -731,6 +775,17 @@ func (s *sim) heal() {
 		}
 	}
 	s.refreshEtcd()
+	// Every current epoch starts (the erasers' writes need their owners).
+	var nb time.Time
+	for g := range s.pins {
+		if p := s.current(g); p.NotBefore.After(nb) {
+			nb = p.NotBefore
+		}
+	}
+	if now := s.clk.Now(); nb.After(now) {
+		s.clk.Advance(nb.Sub(now) + time.Millisecond)
+		s.refreshEtcd()
+	}
 	for {
 		any := false
 		for a := range s.links {
@@ -778,6 +833,9 @@ func (s *sim) quiesce() {
 				}
 			}
 		}
+		if s.runErasers() {
+			progress = true
+		}
 		for _, a := range s.regions {
 			for _, b := range s.regions {
 				if a != b && s.shipDirect(a, b) {
@@ -807,9 +865,6 @@ func (s *sim) clientRequest() {
 		}
 	case x < 33 && len(s.requests) > 0:
 		req = s.conflictRequest()
-	case x < 36:
-		s.retract()
-		return
 	}
 	if req == nil {
 		i, u := s.pick(len(s.items)), s.pickUser()
@@ -941,14 +996,44 @@ func (s *sim) send(req *request) {
 		s.stats.Conflicts++
 	case errors.Is(err, edge.ErrNotOwner), errors.Is(err, edge.ErrFailClosed), errors.Is(err, errUnavailable):
 		s.stats.Refused++
+	case errors.Is(err, edge.ErrErased):
+		// The recording store checked that the user's erasure had started.
 	case errors.Is(err, errLostReply):
 	default:
 		s.failf("req %d: unexpected error %v", req.id, err)
 	}
 }
 
+// retract is the abuse system's unlike of an edge (mostly a liked one, often
+// of a user of the most recently moved range) at whichever region the admin
+// call reaches; it forwards like a user's write, and the model takes it as one
+// more accepted write whose target is UNLIKED.
 func (s *sim) retract() {
 	i, u := s.pick(len(s.items)), s.pickUser()
+	if s.rng.IntN(3) != 0 {
+		moved := -1
+		if s.rng.IntN(2) == 0 {
+			for g, st := range s.lastMove {
+				if st > 0 && (moved < 0 || st > s.lastMove[moved]) {
+					moved = g
+				}
+			}
+		}
+		var liked [][2]int
+		for ii := range s.edges {
+			for uu := range s.edges[ii] {
+				if s.edges[ii][uu].last == crdt.Liked &&
+					(moved < 0 || int(edge.RangeOf(s.users[uu], s.k.Ranges)) == moved) {
+					liked = append(liked, [2]int{ii, uu})
+				}
+			}
+		}
+		if len(liked) > 0 {
+			iu := liked[s.pick(len(liked))]
+			i, u = iu[0], iu[1]
+		}
+	}
+	s.stats.Retractions++
 	in := s.ingress(u)
 	if in.down() {
 		return
@@ -957,8 +1042,7 @@ func (s *sim) retract() {
 	_, err := in.svc.Retract(s.ctx, s.items[i], s.users[u])
 	s.tracef("retract %s/%s via %s: err=%v apply=%s", s.items[i], s.users[u], in.name, err, s.lastApply)
 	switch {
-	case err == nil, errors.Is(err, edge.ErrNotOwner), errors.Is(err, edge.ErrFailClosed),
-		errors.Is(err, errUnavailable), errors.Is(err, errLostReply):
+	case err == nil, s.refusal(err), errors.Is(err, edge.ErrErased):
 	default:
 		s.failf("retract: unexpected error %v", err)
 	}
@@ -1000,6 +1084,9 @@ func (f forwarder) Forward(ctx context.Context, owner string, req edge.Request) 
 	res, err := s.regions[to].svc.ApplyLocal(ctx, req)
 	if err == nil && s.links[to][f.from].cut {
 		s.stats.LostReplies++
+		if req.Kind == edge.KindErasure {
+			s.erasure[s.userIdx(req.User)].lost++
+		}
 		return edge.ForwardResult{}, errLostReply
 	}
 	return res, err

@@ -101,6 +101,14 @@ func TestSim(t *testing.T) {
 	}
 	if len(failed) > 0 {
 		sort.Strings(failed)
+		var list []string
+		for i, err := range errs {
+			if err != nil {
+				msg, _, _ := strings.Cut(err.Error(), "\n")
+				list = append(list, fmt.Sprintf("seed %d: %s", seeds[i], msg))
+			}
+		}
+		t.Logf("failing seeds:\n%s", strings.Join(list, "\n"))
 		t.Fatalf("%d of %d seeds failed; replay one with: LIKES_SIM_SEED=<seed> go test ./sim -run TestSim -v", len(failed), len(seeds))
 	}
 }
@@ -120,10 +128,13 @@ func replay(t *testing.T, o Options) {
 // TestSimDeterministic: the same seed gives the same run, trace line for
 // trace line, twice.
 func TestSimDeterministic(t *testing.T) {
-	for _, seed := range []uint64{3, 17, 42} {
+	for _, o := range []Options{{Seed: 3}, {Seed: 17}, {Seed: 42}, {Seed: 20_001, Fixed: erasureHeavy}} {
+		seed := o.Seed
 		var ta, tb bytes.Buffer
-		a, errA := Run(Options{Seed: seed, Trace: &ta})
-		b, errB := Run(Options{Seed: seed, Trace: &tb})
+		oa, ob := o, o
+		oa.Trace, ob.Trace = &ta, &tb
+		a, errA := Run(oa)
+		b, errB := Run(ob)
 		if fmt.Sprint(errA) != fmt.Sprint(errB) || a != b {
 			t.Fatalf("seed %d is not deterministic:\n%+v\n%v\n%+v\n%v", seed, a, errA, b, errB)
 		}
@@ -189,6 +200,57 @@ func TestSimChains(t *testing.T) {
 	}
 }
 
+// TestSimErasures: schedules heavy in erasures and unplanned failovers
+// commonly erase a user whose edges an old owner accepted and had not
+// replicated (issue 17's interleaving and its relatives: the edge reaches the
+// job's region after the job started), and every erasure still holds.
+func TestSimErasures(t *testing.T) {
+	n := 60
+	if testing.Short() || raceEnabled {
+		n = 20
+	}
+	if v := os.Getenv("LIKES_SIM_SEEDS"); v != "" {
+		n, _ = strconv.Atoi(v)
+	}
+	var seeds []uint64
+	for i := 0; i < n; i++ {
+		seeds = append(seeds, 20_000+uint64(i))
+	}
+	opts := func(seed uint64) Options {
+		return Options{Seed: seed, Test: "TestSimErasures", Fixed: erasureHeavy}
+	}
+	if seeds, single := seedsFromEnv(t); single {
+		replay(t, opts(seeds[0]))
+		return
+	}
+	stats, errs := runSeeds(seeds, opts)
+	withLate := 0
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("%v", err)
+			continue
+		}
+		if stats[i].LateEdges > 0 {
+			withLate++
+		}
+	}
+	t.Logf("%d seeds: %d with an edge that reached an erasure's region after the job started", n, withLate)
+	if withLate < n/4 {
+		t.Errorf("only %d of %d seeds had an edge reach an erasure's region after the job started", withLate, n)
+	}
+}
+
+// erasureHeavy is TestSimErasures' fault mix.
+func erasureHeavy(k *Knobs) {
+	k.WErase = 4
+	k.WEraseTick = 4
+	k.WRetract = 3
+	k.WUnplanned = 5
+	k.WClock = 12
+	k.PUnplannedIsolate = 0.8
+	k.MaxErased = 4
+}
+
 func addStats(a, b Stats) Stats {
 	a.Steps += b.Steps
 	a.Requests += b.Requests
@@ -217,5 +279,13 @@ func addStats(a, b Stats) Stats {
 	a.HonestyChecks += b.HonestyChecks
 	a.AntiEntropy += b.AntiEntropy
 	a.HealRounds += b.HealRounds
+	a.Retractions += b.Retractions
+	a.Erasures += b.Erasures
+	a.ErasuresAcked += b.ErasuresAcked
+	a.ErasedUsers += b.ErasedUsers
+	a.EraseTicks += b.EraseTicks
+	a.EraseWrites += b.EraseWrites
+	a.ErasedRefusals += b.ErasedRefusals
+	a.LateEdges += b.LateEdges
 	return a
 }

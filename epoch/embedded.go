@@ -27,6 +27,9 @@ type EmbeddedConfig struct {
 	// UnsafeNoFsync skips fsync (tests only: a crash can lose acknowledged
 	// writes).
 	UnsafeNoFsync bool
+	// UnsafeLowBcryptCost hashes auth passwords with bcrypt's minimum cost
+	// (tests only: a real server keeps the default).
+	UnsafeLowBcryptCost bool
 	// ClientTLS, when CertFile and KeyFile are set, serves clients over TLS
 	// (https); with TrustedCAFile and ClientCertAuth it requires a client
 	// certificate signed by that CA.
@@ -85,6 +88,9 @@ func StartEmbedded(c EmbeddedConfig) (*Embedded, error) {
 	cfg.AdvertisePeerUrls = []url.URL{*purl}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.UnsafeNoFsync = c.UnsafeNoFsync
+	if c.UnsafeLowBcryptCost {
+		cfg.BcryptCost = 4 // bcrypt.MinCost
+	}
 	// The JSON gateway is a second, HTTP/1 door to the same API: likes uses
 	// only gRPC, so it is closed.
 	cfg.EnableGRPCGateway = false

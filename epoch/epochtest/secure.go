@@ -65,7 +65,7 @@ func StartSecureEmbedded(t testing.TB) *SecureEtcd {
 	var lastErr error
 	for range 3 { // a just-freed port can be taken by someone else
 		e, err := epoch.StartEmbedded(epoch.EmbeddedConfig{
-			Dir: t.TempDir(), ClientAddr: FreeAddr(t), PeerAddr: FreeAddr(t), UnsafeNoFsync: true,
+			Dir: t.TempDir(), ClientAddr: FreeAddr(t), PeerAddr: FreeAddr(t), UnsafeNoFsync: true, UnsafeLowBcryptCost: true,
 			ClientTLS: epoch.EmbeddedTLS{CertFile: serverCert, KeyFile: serverKey, TrustedCAFile: s.CA, ClientCertAuth: true},
 		})
 		if err == nil {

@@ -145,6 +145,8 @@ func TestUnauthenticated(t *testing.T) {
 	ctrlSub, _ := auth.Sign(testSecret, "al\x01ice", false, time.Hour, now)
 	hs512, _ := jwt.NewWithClaims(jwt.SigningMethodHS512, jwt.RegisteredClaims{Subject: "alice", ExpiresAt: jwt.NewNumericDate(now.Add(time.Hour))}).SignedString(testSecret)
 	b64 := base64.RawURLEncoding.EncodeToString
+	oversized, _ := auth.Sign(testSecret, "alice", false, time.Hour, now)
+	oversized += strings.Repeat("A", auth.MaxTokenLen) // > 8 KiB: refused before parsing
 	algNone := b64([]byte(`{"alg":"none","typ":"JWT"}`)) + "." + b64([]byte(fmt.Sprintf(`{"sub":"alice","exp":%d}`, now.Add(time.Hour).Unix()))) + "."
 
 	type route struct{ method, path string }
@@ -170,7 +172,8 @@ func TestUnauthenticated(t *testing.T) {
 		"alg none":      "Bearer " + algNone,
 		"basic scheme":  "Basic YWxpY2U6cGFzc3dvcmQ=",
 		"empty bearer":  "Bearer ",
-		"lower bearer":  "bearer " + e.token("alice", false),
+		"oversized":     "Bearer " + oversized,
+		"upper wrong":   "BEARER " + other,
 		"tampered body": "Bearer " + tamper(e.token("alice", false)),
 	}
 	for name, h := range bad {
@@ -1018,4 +1021,31 @@ func TestAdminEndpoints(t *testing.T) {
 	// A server without operator endpoints answers 404 to admins.
 	k := newKit(t, kitOptions{})
 	wantError(t, k.do(call{method: "GET", path: "/v1/admin/status", token: k.token("root", true)}), 404, "not_found")
+}
+
+// TestBearerSchemeCaseInsensitive: the auth scheme is case-insensitive (RFC
+// 9110), so `bearer` and `BEARER` work like `Bearer`.
+func TestBearerSchemeCaseInsensitive(t *testing.T) {
+	e := newRegionEnv(t, nil)
+	for i, scheme := range []string{"bearer ", "BEARER ", "bEaReR  "} {
+		h := map[string]string{"Authorization": scheme + e.token("alice", false)}
+		item := fmt.Sprintf("case%d", i)
+		r := e.do(call{method: "POST", path: "/v1/items/" + item + "/likes", key: "k" + item, header: h})
+		mustAnswer(t, r, true, true)
+		if !e.button("alice", item) {
+			t.Fatalf("%q: like not stored", scheme)
+		}
+	}
+}
+
+// TestOversizedTokenStoresNothing: a token over 8 KiB is a 401 with a JSON
+// error, and the write it carried is not applied.
+func TestOversizedTokenStoresNothing(t *testing.T) {
+	e := newRegionEnv(t, nil)
+	tok := e.token("alice", false)
+	tok += strings.Repeat("A", auth.MaxTokenLen+1-len(tok))
+	wantError(t, e.do(call{method: "POST", path: "/v1/items/big/likes", token: tok, key: "k"}), 401, "invalid_token")
+	if e.button("alice", "big") {
+		t.Fatal("a request with an oversized token was written")
+	}
 }

@@ -188,11 +188,16 @@ func (s *Server) session(r *http.Request, required bool) (auth.Claims, bool, *ap
 		}
 		return auth.Claims{}, false, nil
 	}
-	tok, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok || tok == "" {
+	// The scheme is case-insensitive (RFC 9110 section 11.1).
+	const scheme = "bearer "
+	var tok string
+	if len(h) > len(scheme) && strings.EqualFold(h[:len(scheme)], scheme) {
+		tok = strings.TrimSpace(h[len(scheme):])
+	}
+	if tok == "" {
 		return auth.Claims{}, false, errorf(http.StatusUnauthorized, "invalid_token", "Authorization must be 'Bearer <token>'")
 	}
-	c, err := s.cfg.Verifier.Verify(strings.TrimSpace(tok))
+	c, err := s.cfg.Verifier.Verify(tok)
 	if err != nil {
 		return auth.Claims{}, false, errorf(http.StatusUnauthorized, "invalid_token", "token does not verify")
 	}

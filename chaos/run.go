@@ -184,7 +184,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 			err = cerr
 		}
 	}()
-	secret := fmt.Sprintf("chaos-secret-%d", o.Seed)
+	secret := fmt.Sprintf("chaos-secret-%020d", o.Seed) // ≥ 32 bytes: likesd run refuses shorter ones
 	sched := o.Schedule
 	if sched == nil {
 		sched = PlanSchedule(o.Seed, o.Duration, o.Regions, o.Kinds, o.LeaseTTL)

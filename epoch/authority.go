@@ -3,6 +3,7 @@ package epoch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -287,4 +288,30 @@ func (a *Authority) applyLocked(kv *mvccpb.KeyValue, deleted bool) (uint32, bool
 	}
 	*e = pinEntry{pin: p, modRev: kv.ModRevision}
 	return rng, true
+}
+
+// ErrNoLeaseProof is wrapped by LeaseProof's errors: the region cannot prove
+// its lease (or that its pin table is current) and so writes nothing.
+var ErrNoLeaseProof = errors.New("epoch: no fresh lease proof")
+
+// LeaseProof reports whether this region can prove, now, both its lease and
+// that its pin table is current: the freshness rule Authorize applies to
+// every write (Decide), independent of any pin. A region that has lost etcd
+// (unreachable, or its credentials revoked) fails it within ttl − margin.
+func (a *Authority) LeaseProof() error {
+	a.mu.RLock()
+	synced := a.synced
+	a.mu.RUnlock()
+	proof := a.cfg.Freshness.LastKeepalive()
+	if synced.Before(proof) {
+		proof = synced
+	}
+	limit := a.cfg.TTL - a.cfg.Margin
+	switch age := a.cfg.Clock.Now().Sub(proof); {
+	case proof.IsZero():
+		return fmt.Errorf("%w: no lease keepalive or pin read yet", ErrNoLeaseProof)
+	case age >= limit:
+		return fmt.Errorf("%w: the last lease keepalive or pin read etcd confirmed is %v old (limit %v)", ErrNoLeaseProof, age.Round(time.Millisecond), limit)
+	}
+	return nil
 }

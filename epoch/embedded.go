@@ -7,9 +7,7 @@ import (
 	"sync"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
 )
 
 // EmbeddedConfig configures an in-process, single-member etcd server.
@@ -29,6 +27,19 @@ type EmbeddedConfig struct {
 	// UnsafeNoFsync skips fsync (tests only: a crash can lose acknowledged
 	// writes).
 	UnsafeNoFsync bool
+	// UnsafeLowBcryptCost hashes auth passwords with bcrypt's minimum cost
+	// (tests only: a real server keeps the default).
+	UnsafeLowBcryptCost bool
+	// ClientTLS, when CertFile and KeyFile are set, serves clients over TLS
+	// (https); with TrustedCAFile and ClientCertAuth it requires a client
+	// certificate signed by that CA.
+	ClientTLS EmbeddedTLS
+}
+
+// EmbeddedTLS is the client-side TLS of an embedded server (PEM files).
+type EmbeddedTLS struct {
+	CertFile, KeyFile, TrustedCAFile string
+	ClientCertAuth                   bool
 }
 
 // Embedded is a running embedded etcd server.
@@ -52,7 +63,14 @@ func StartEmbedded(c EmbeddedConfig) (*Embedded, error) {
 	if c.LogLevel == "" {
 		c.LogLevel = "fatal"
 	}
-	curl, err := url.Parse("http://" + c.ClientAddr)
+	scheme := "http"
+	if c.ClientTLS.CertFile != "" || c.ClientTLS.KeyFile != "" {
+		if c.ClientTLS.CertFile == "" || c.ClientTLS.KeyFile == "" {
+			return nil, fmt.Errorf("%w: ClientTLS needs both CertFile and KeyFile", ErrClientConfig)
+		}
+		scheme = "https"
+	}
+	curl, err := url.Parse(scheme + "://" + c.ClientAddr)
 	if err != nil {
 		return nil, fmt.Errorf("epoch: ClientAddr: %w", err)
 	}
@@ -70,6 +88,18 @@ func StartEmbedded(c EmbeddedConfig) (*Embedded, error) {
 	cfg.AdvertisePeerUrls = []url.URL{*purl}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.UnsafeNoFsync = c.UnsafeNoFsync
+	if c.UnsafeLowBcryptCost {
+		cfg.BcryptCost = 4 // bcrypt.MinCost
+	}
+	// The JSON gateway is a second, HTTP/1 door to the same API: likes uses
+	// only gRPC, so it is closed.
+	cfg.EnableGRPCGateway = false
+	if scheme == "https" {
+		cfg.ClientTLSInfo.CertFile = c.ClientTLS.CertFile
+		cfg.ClientTLSInfo.KeyFile = c.ClientTLS.KeyFile
+		cfg.ClientTLSInfo.TrustedCAFile = c.ClientTLS.TrustedCAFile
+		cfg.ClientTLSInfo.ClientCertAuth = c.ClientTLS.ClientCertAuth
+	}
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("epoch: start embedded etcd: %w", err)
@@ -98,19 +128,4 @@ func (e *Embedded) Err() <-chan error { return e.etcd.Err() }
 // streams hold the server's graceful stop for its request timeout.
 func (e *Embedded) Close() {
 	e.closeOnce.Do(e.etcd.Close)
-}
-
-// NewClient dials endpoints with a quiet (error-level) logger.
-func NewClient(endpoints []string) (*clientv3.Client, error) {
-	zc := zap.NewProductionConfig()
-	zc.Level = zap.NewAtomicLevelAt(zap.ErrorLevel)
-	lg, err := zc.Build()
-	if err != nil {
-		return nil, err
-	}
-	return clientv3.New(clientv3.Config{
-		Endpoints:   endpoints,
-		DialTimeout: 5 * time.Second,
-		Logger:      lg,
-	})
 }

@@ -111,7 +111,8 @@ type ReconcileReport struct {
 const maxReconcileItems = 1_000_000
 
 // Reconcile implements api.Admin. Healing needs a quiescent region: its own
-// aggregators caught up and every replication peer caught up, checked before
+// aggregators caught up, every outbound stream caught up, and every inbound
+// stream at the heads its sender answers (inboundQuiescent), checked before
 // and after the recount.
 func (a *admin) Reconcile(ctx context.Context, item string, heal bool) (any, error) {
 	if heal {
@@ -201,7 +202,7 @@ func (a *admin) quiescent(ctx context.Context) error {
 	if lag, err := a.r.aggregatorLag(ctx); err != nil {
 		return err
 	} else if lag > 0 {
-		return fmt.Errorf("aggregators are %d events behind; heal only on a converged region", lag)
+		return fmt.Errorf("%w: aggregators are %d events behind; heal only on a converged region", ErrNotQuiescent, lag)
 	}
 	if a.r.cfg.Engines.Log == LogKafka {
 		lag, err := a.relayLag(ctx)
@@ -209,7 +210,7 @@ func (a *admin) quiescent(ctx context.Context) error {
 			return err
 		}
 		if lag > 0 {
-			return fmt.Errorf("the Kafka relay is %d events behind; heal only on a converged region", lag)
+			return fmt.Errorf("%w: the Kafka relay is %d events behind; heal only on a converged region", ErrNotQuiescent, lag)
 		}
 	}
 	if c := a.r.cluster; c != nil {
@@ -220,10 +221,10 @@ func (a *admin) quiescent(ctx context.Context) error {
 			}
 		}
 		if err := errors.Join(errs...); err != nil {
-			return fmt.Errorf("not quiescent: %w", err)
+			return fmt.Errorf("%w: %w", ErrNotQuiescent, err)
 		}
 	}
-	return nil
+	return a.inboundQuiescent(ctx, inboundWait)
 }
 
 // LogPage is what GET /v1/admin/log answers.

@@ -36,8 +36,11 @@ type Config struct {
 	Partitions int
 	// Window is the aggregator commit interval (default 250ms).
 	Window time.Duration
-	// Secret verifies bearer tokens. Required.
+	// Secret verifies HS256 bearer tokens. Required unless Auth has public keys.
 	Secret []byte
+	// Auth configures token verification beyond Secret: public keys (EdDSA,
+	// ES256), iss, aud, maximum lifetime, cache size. Its Now is the Clock's.
+	Auth auth.Config
 	// MaxInFlightWrites bounds admitted writes (default 1024).
 	MaxInFlightWrites int
 	// UserRate/UserBurst limit writes per user (default 20/s, burst 40; rate < 0 disables).
@@ -132,6 +135,10 @@ type Region struct {
 	regions    []string // every region whose watermark bounds asOf
 	once       sync.Once
 	closeErr   error
+
+	readyMu      sync.Mutex
+	readyChecks  []ReadyCheck
+	readyFailing map[string]bool
 }
 
 // Open starts a region.
@@ -139,8 +146,8 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 	if cfg.Name == "" {
 		return nil, errors.New("region: Config needs Name")
 	}
-	if len(cfg.Secret) == 0 {
-		return nil, errors.New("region: Config needs Secret")
+	if len(cfg.Secret) == 0 && len(cfg.Auth.Secret) == 0 && len(cfg.Auth.PublicKeys) == 0 {
+		return nil, errors.New("region: Config needs Secret or Auth.PublicKeys")
 	}
 	if err := cfg.Engines.normalize(cfg.Name, cfg.Cluster != nil && !cfg.Cluster.Peerless(cfg.Name)); err != nil {
 		return nil, err
@@ -251,11 +258,17 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 	if r.cluster != nil {
 		userHome = r.cluster.userHome
 	}
+	verifier, err := newVerifier(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	r.addClusterReadiness()
 	r.API, err = api.New(api.Config{
+		Ready:    r.Ready,
 		Admin:    newAdmin(r),
 		UserHome: userHome,
 		Region:   cfg.Name, Service: r.Service, Eraser: r.Eraser, Store: st, Counts: r.Counts,
-		Verifier:    auth.NewVerifier(cfg.Secret, cfg.Clock.Now),
+		Verifier:    verifier,
 		UserLimiter: caches.user, IPLimiter: caches.ip, MaxInFlightWrites: cfg.MaxInFlightWrites,
 		Registry: r.Registry, Clock: cfg.Clock,
 	})

@@ -1,6 +1,6 @@
 // Command likectl is the operator and developer tool of likes.
 //
-//	likectl token --user alice [--admin] [--ttl 1h]
+//	likectl token --user alice [--admin] [--ttl 1h] [--private-key key.pem] [--iss I] [--aud A]
 //	likectl bench [flags]
 //	likectl pins list|move|drain|settle, likectl regions, likectl reconcile
 package main
@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"likes/auth"
 	"likes/store/cassandra"
 )
 
@@ -33,7 +32,8 @@ func main() {
 const usage = `usage: likectl <command> [flags]
 
 commands:
-  token      print a bearer token signed with $LIKES_AUTH_SECRET
+  token      print a bearer token signed with --private-key (Ed25519/P-256) or $LIKES_AUTH_SECRET
+  token-key  write a new Ed25519 key pair: --out FILE (for --private-key) and FILE.pub (likesd --auth-public-key)
   bench      drive a region's HTTP API on loopback and report throughput and latency
   pins       list | move --range N --to REGION | drain --from REGION --to REGION | settle --range N
              (moves are planned: the new owner catches up on every live region's log
@@ -54,6 +54,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return token(args[1:], stdout, stderr)
 	case "certs":
 		return certs(args[1:], stdout, stderr)
+	case "token-key":
+		return tokenKey(args[1:], stdout, stderr)
 	case "bench":
 		return bench(ctx, args[1:], stdout, stderr)
 	case "pins":
@@ -78,17 +80,15 @@ func token(args []string, stdout, stderr io.Writer) error {
 	user := fs.String("user", "", "the token's subject (required)")
 	admin := fs.Bool("admin", false, "grant admin (retractions, erasing other users)")
 	ttl := fs.Duration("ttl", time.Hour, "validity")
+	s := signer{warn: stderr}
+	s.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *user == "" {
 		return errors.New("token: --user is required")
 	}
-	secret, isDefault := auth.SecretFromEnv()
-	if isDefault {
-		fmt.Fprintln(stderr, "likectl: warning: LIKES_AUTH_SECRET is not set; signing with the public development secret")
-	}
-	tok, err := auth.Sign(secret, *user, *admin, *ttl, time.Now())
+	tok, err := s.sign(*user, *admin, *ttl)
 	if err != nil {
 		return err
 	}

@@ -14,14 +14,14 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"likes/auth"
 	"likes/epoch"
 )
 
 const defaultEtcd = "http://127.0.0.1:2379"
 
-func directory(ctx context.Context, endpoints string, ranges int) (*epoch.Directory, func(), error) {
-	cli, err := epoch.NewClient(strings.Split(endpoints, ","))
+func directory(ctx context.Context, ef etcdFlags, ranges int) (*epoch.Directory, func(), error) {
+	endpoints := ef.endpoints
+	cli, err := epoch.NewClientWith(ef.config())
 	if err != nil {
 		return nil, nil, fmt.Errorf("etcd %s: %w", endpoints, err)
 	}
@@ -46,7 +46,8 @@ func pins(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fs := flag.NewFlagSet("likectl pins "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	etcd := fs.String("etcd", defaultEtcd, "etcd endpoints, comma-separated")
+	var etcd etcdFlags
+	etcd.register(fs)
 	ranges := fs.Int("ranges", 256, "user ranges of the cluster")
 	rng := fs.Int("range", -1, "range to move or settle (move, settle)")
 	unplanned := fs.Bool("unplanned", false, "move without the catch-up barrier, as a failover does: the new owner writes at notBefore even if the old owner's tail has not replicated (move, drain)")
@@ -57,7 +58,7 @@ func pins(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	d, done, err := directory(ctx, *etcd, *ranges)
+	d, done, err := directory(ctx, etcd, *ranges)
 	if err != nil {
 		return err
 	}
@@ -163,9 +164,12 @@ func catchUpNote(planned bool) string {
 	return " and once it has caught up on every live region's log"
 }
 
-func adminGet(ctx context.Context, method, url string, body any, out any) error {
-	secret, _ := auth.SecretFromEnv()
-	tok, err := auth.Sign(secret, "likectl", true, time.Minute, time.Now())
+func adminGet(ctx context.Context, ac *adminClient, method, url string, body any, out any) error {
+	tok, err := ac.sign("likectl", true, time.Minute)
+	if err != nil {
+		return err
+	}
+	hc, err := ac.client()
 	if err != nil {
 		return err
 	}
@@ -180,7 +184,7 @@ func adminGet(ctx context.Context, method, url string, body any, out any) error 
 	}
 	req.Header.Set("Authorization", "Bearer "+tok)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return err
 	}
@@ -195,11 +199,14 @@ func adminGet(ctx context.Context, method, url string, body any, out any) error 
 func regions(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("likectl regions", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	etcd := fs.String("etcd", defaultEtcd, "etcd endpoints, comma-separated")
+	var etcd etcdFlags
+	etcd.register(fs)
+	var ac adminClient
+	ac.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	d, done, err := directory(ctx, *etcd, 256)
+	d, done, err := directory(ctx, etcd, 256)
 	if err != nil {
 		return err
 	}
@@ -229,7 +236,7 @@ func regions(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			} `json:"replication"`
 		}
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		err := adminGet(cctx, http.MethodGet, r.HTTP+"/v1/admin/status", nil, &st)
+		err := adminGet(cctx, &ac, http.MethodGet, r.HTTP+"/v1/admin/status", nil, &st)
 		cancel()
 		if err != nil {
 			fmt.Fprintf(tw, "%s\t%s\talive\t?\t?\t?\t?\tstatus unavailable: %v\n", r.Name, r.HTTP, err)
@@ -261,6 +268,8 @@ func reconcile(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	url := fs.String("url", "http://127.0.0.1:8080", "the region's HTTP address")
 	item := fs.String("item", "", "one item (default: every item)")
 	heal := fs.Bool("heal", false, "append healing events for mismatches (the region must be quiescent)")
+	var ac adminClient
+	ac.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -279,7 +288,7 @@ func reconcile(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *item != "" {
 		body["itemId"] = *item
 	}
-	if err := adminGet(ctx, http.MethodPost, strings.TrimRight(*url, "/")+"/v1/admin/reconcile", body, &rep); err != nil {
+	if err := adminGet(ctx, &ac, http.MethodPost, strings.TrimRight(*url, "/")+"/v1/admin/reconcile", body, &rep); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "region %s: %d items checked, %d mismatched, %d healed\n", rep.Region, rep.Items, len(rep.Mismatched), rep.Healed)

@@ -92,6 +92,7 @@ type common struct {
 	skew       time.Duration
 	ranges     int
 	engines    engineFlags
+	sec        publicFlags
 }
 
 // engineFlags choose the production engines (region.Engines).
@@ -222,14 +223,6 @@ func newLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
-func secret(logger *slog.Logger) []byte {
-	s, isDefault := auth.SecretFromEnv()
-	if isDefault {
-		logger.Warn("LIKES_AUTH_SECRET is not set: using the PUBLIC development secret; anyone can mint tokens. Set it in any real deployment.")
-	}
-	return s
-}
-
 // served is one region with its HTTP server.
 type served struct {
 	r    *region.Region
@@ -238,9 +231,9 @@ type served struct {
 	url  string
 }
 
-func serveHTTP(r *region.Region, ln net.Listener) *served {
-	s := &served{r: r, errc: make(chan error, 1), url: "http://" + ln.Addr().String(),
-		srv: &http.Server{Handler: r.API, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}}
+func serveHTTP(r *region.Region, ln net.Listener, hs httpSettings) *served {
+	s := &served{r: r, errc: make(chan error, 1), url: hs.scheme() + "://" + ln.Addr().String()}
+	s.srv, ln = hs.server(r.API, ln)
 	go func() { s.errc <- s.srv.Serve(ln) }()
 	return s
 }
@@ -295,7 +288,12 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	grpcPort := fs.Int("grpc-port", 9080, "replication/forwarding gRPC port of the first region (region i: port+i)")
 	gossipPort := fs.Int("gossip-port", 7946, "memberlist port of the first region (region i: port+i)")
 	etcdPort := fs.Int("etcd-port", 2379, "embedded etcd client port (its peer port is etcd-port+1)")
+	c.sec.register(fs, false)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	hs, err := c.sec.httpConfig()
+	if err != nil {
 		return err
 	}
 	names, err := parseRegions(*regions)
@@ -315,7 +313,13 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	logger := newLogger(stderr)
-	sec := secret(logger)
+	ver, err := c.sec.authConfig(os.Getenv(auth.EnvSecret), true, logger)
+	if err != nil {
+		return err
+	}
+	if !isLoopback(c.host) {
+		logger.Warn("likesd dev is listening beyond loopback; it is a development setup (its embedded etcd stays on 127.0.0.1)", "host", c.host)
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -326,10 +330,11 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		etcdAddr := net.JoinHostPort(c.host, fmt.Sprint(*etcdPort))
+		etcdHost := etcdHostOf(c.host) // no TLS, no auth: never beyond loopback
+		etcdAddr := net.JoinHostPort(etcdHost, fmt.Sprint(*etcdPort))
 		logger.Info("starting embedded etcd", "client", "http://"+etcdAddr, "data", filepath.Join(c.data, "etcd"))
 		e, err := epoch.StartEmbedded(epoch.EmbeddedConfig{
-			Dir: filepath.Join(c.data, "etcd"), ClientAddr: etcdAddr, PeerAddr: net.JoinHostPort(c.host, fmt.Sprint(*etcdPort+1)),
+			Dir: filepath.Join(c.data, "etcd"), ClientAddr: etcdAddr, PeerAddr: net.JoinHostPort(etcdHost, fmt.Sprint(*etcdPort+1)),
 		})
 		if err != nil {
 			return fmt.Errorf("embedded etcd: %w", err)
@@ -348,7 +353,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return &region.Cluster{
 				Etcd: cli, Epoch: epoch.Config{Ranges: c.ranges, TTL: c.ttl, MaxSkew: c.skew}, Regions: names,
 				GRPCListen:    net.JoinHostPort(c.host, fmt.Sprint(*grpcPort+i)),
-				HTTPAdvertise: "http://" + net.JoinHostPort(c.host, fmt.Sprint(*port+i)),
+				HTTPAdvertise: hs.scheme() + "://" + net.JoinHostPort(c.host, fmt.Sprint(*port+i)),
 				GossipBind:    c.host, GossipPort: *gossipPort + i, Seeds: seeds,
 				TLS: ids[names[i]], GossipKey: gossipKey,
 			}
@@ -371,7 +376,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fail(err)
 		}
 		rc := region.Config{
-			Name: name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: sec,
+			Name: name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: ver.secret, Auth: ver.auth,
 			MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger, Engines: eng,
 		}
 		if cluster != nil {
@@ -386,14 +391,14 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			_ = r.Close()
 			return fail(err)
 		}
-		all = append(all, serveHTTP(r, ln))
+		all = append(all, serveHTTP(r, ln, hs))
 	}
 	for _, s := range all {
 		fmt.Fprintf(stdout, "likes: region %q serving %s (data %s)\n", s.r.Name(), s.url, filepath.Join(c.data, s.r.Name()))
 	}
 	if len(names) > 1 {
 		fmt.Fprintf(stdout, "  etcd (pins, leases): http://%s   operators: likectl pins list --etcd http://%s\n",
-			net.JoinHostPort(c.host, fmt.Sprint(*etcdPort)), net.JoinHostPort(c.host, fmt.Sprint(*etcdPort)))
+			net.JoinHostPort(etcdHostOf(c.host), fmt.Sprint(*etcdPort)), net.JoinHostPort(etcdHostOf(c.host), fmt.Sprint(*etcdPort)))
 	}
 	base := all[0].url
 	fmt.Fprintf(stdout, "  get a token:  TOKEN=$(go run ./cmd/likectl token --user alice)\n")
@@ -418,6 +423,7 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	peerAddrs := fs.String("peer-addrs", "", "region=host:port,… overriding the gRPC address used to reach a peer (e.g. through a proxy)")
 	antiEntropy := fs.Duration("anti-entropy", 30*time.Second, "replication anti-entropy digest interval")
 	unsafe := fs.String("unsafe-break", "", "TESTING ONLY: switch guarantees off (fence,idempotency,lease) to prove the chaos checker fails")
+	c.sec.register(fs, true)
 	var peerSec peerSecurity
 	peerSec.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -464,8 +470,23 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case standalone && (*seeds != "" || *peerAddrs != ""):
 		return errors.New("run: --seeds and --peer-addrs need --etcd (a standalone region has no peers)")
 	}
+	if !standalone && len(c.sec.etcdConfig(*etcd).Endpoints) == 0 {
+		return errors.New("run: --etcd names no endpoint")
+	}
+	if standalone && (c.sec.etcdCA != "" || c.sec.etcdCert != "" || c.sec.etcdKey != "" || c.sec.etcdUser != "") {
+		return errors.New("run: --etcd-cacert, --etcd-cert, --etcd-key and --etcd-user need --etcd")
+	}
+	hs, err := c.sec.httpConfig()
+	if err != nil {
+		return err
+	}
+	logger := newLogger(stderr)
+	ver, err := c.sec.authConfig(os.Getenv(auth.EnvSecret), false, logger)
+	if err != nil {
+		return err
+	}
 	if standalone {
-		return runStandalone(ctx, c, *name, *httpAddr, eng, brk, stdout, stderr)
+		return runStandalone(ctx, c, *name, *httpAddr, eng, brk, ver, hs, logger, stdout)
 	}
 	gHost, gPortS, err := net.SplitHostPort(*gossip)
 	if err != nil {
@@ -475,17 +496,15 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("--gossip port: %w", err)
 	}
-	logger := newLogger(stderr)
 	peerID, gossipKey, err := peerSec.load(*name, logger)
 	if err != nil {
 		return err
 	}
-	sec := secret(logger)
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cli, err := epoch.NewClient(strings.Split(*etcd, ","))
+	cli, err := epoch.NewClientWith(c.sec.etcdConfig(*etcd))
 	if err != nil {
-		return err
+		return fmt.Errorf("etcd %s: %w", *etcd, err)
 	}
 	defer cli.Close()
 	var seedList []string
@@ -497,11 +516,11 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	r, err := region.Open(ctx, region.Config{
-		Name: *name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: sec,
+		Name: *name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: ver.secret, Auth: ver.auth,
 		MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger, Engines: eng,
 		Cluster: &region.Cluster{
 			Etcd: cli, Epoch: epoch.Config{Ranges: c.ranges, TTL: c.ttl, MaxSkew: c.skew}, Regions: names,
-			GRPCListen: *grpcAddr, HTTPAdvertise: "http://" + ln.Addr().String(),
+			GRPCListen: *grpcAddr, HTTPAdvertise: hs.scheme() + "://" + ln.Addr().String(),
 			GossipBind: gHost, GossipPort: gPort, Seeds: seedList,
 			PeerAddrs: overrides, AntiEntropy: *antiEntropy,
 			TLS: peerID, GossipKey: gossipKey,
@@ -512,15 +531,14 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		_ = ln.Close()
 		return err
 	}
-	s := serveHTTP(r, ln)
+	s := serveHTTP(r, ln, hs)
 	fmt.Fprintf(stdout, "likes: region %q serving %s (gRPC %s, gossip %s, etcd %s)\n", *name, s.url, *grpcAddr, *gossip, *etcd)
 	return waitAndStop(ctx, logger, []*served{s}, nil)
 }
 
 // runStandalone runs one region without a cluster: it owns every user range.
-func runStandalone(ctx context.Context, c common, name, httpAddr string, eng region.Engines, brk region.Unsafe, stdout, stderr io.Writer) error {
-	logger := newLogger(stderr)
-	sec := secret(logger)
+func runStandalone(ctx context.Context, c common, name, httpAddr string, eng region.Engines, brk region.Unsafe,
+	ver verification, hs httpSettings, logger *slog.Logger, stdout io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ln, err := net.Listen("tcp", httpAddr)
@@ -528,14 +546,14 @@ func runStandalone(ctx context.Context, c common, name, httpAddr string, eng reg
 		return err
 	}
 	r, err := region.Open(ctx, region.Config{
-		Name: name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: sec,
+		Name: name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: ver.secret, Auth: ver.auth,
 		MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger, Engines: eng, Unsafe: brk,
 	})
 	if err != nil {
 		_ = ln.Close()
 		return err
 	}
-	s := serveHTTP(r, ln)
+	s := serveHTTP(r, ln, hs)
 	fmt.Fprintf(stdout, "likes: region %q serving %s standalone (%s)\n", name, s.url, r.Engines().String())
 	return waitAndStop(ctx, logger, []*served{s}, nil)
 }
@@ -568,4 +586,22 @@ func runEtcd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case err := <-e.Err():
 		return err
 	}
+}
+
+// isLoopback reports whether host is a loopback name or address.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// etcdHostOf is the address dev's embedded etcd listens on: host when it is
+// loopback, else 127.0.0.1.
+func etcdHostOf(host string) string {
+	if isLoopback(host) {
+		return host
+	}
+	return "127.0.0.1"
 }

@@ -55,7 +55,7 @@ func TestRunRefusesMissingPeerSecurity(t *testing.T) {
 		t.Fatalf("devPeerSecurity = %v, %d-byte key, %v", ids, len(key), err)
 	}
 	certs := dir + "/certs/"
-	base := []string{"run", "--region", "us", "--regions", "us,eu", "--etcd", "http://127.0.0.1:1"}
+	base := []string{"run", "--region", "us", "--regions", "us,eu", "--etcd", "http://127.0.0.1:1", "--insecure-dev-secret"}
 	full := append(append([]string(nil), base...), "--tls-cert", certs+"us.crt", "--tls-key", certs+"us.key", "--tls-ca", certs+"ca.crt", "--gossip-key-file", certs+"gossip.key")
 	for _, tc := range []struct {
 		args []string
@@ -71,7 +71,7 @@ func TestRunRefusesMissingPeerSecurity(t *testing.T) {
 		var out, errb bytes.Buffer
 		err := run(context.Background(), tc.args, &out, &errb)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("likesd %s: error %v, want one mentioning %q", strings.Join(tc.args[5:], " "), err, tc.want)
+			t.Errorf("likesd %s: error %v, want one mentioning %q", strings.Join(tc.args[6:], " "), err, tc.want)
 		}
 	}
 }

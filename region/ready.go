@@ -1,0 +1,81 @@
+package region
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"likes/auth"
+)
+
+// ReadyCheck is one named condition GET /readyz requires. Checks are
+// composable: each part of a region that can make it unfit to serve (the
+// lease, the store's health, …) adds its own with AddReadyCheck.
+type ReadyCheck struct {
+	Name  string
+	Check func(ctx context.Context) error
+}
+
+// AddReadyCheck adds a named readiness condition; /readyz answers 503 while
+// any check fails. Safe to call at any time.
+func (r *Region) AddReadyCheck(name string, check func(ctx context.Context) error) {
+	r.readyMu.Lock()
+	defer r.readyMu.Unlock()
+	r.readyChecks = append(r.readyChecks, ReadyCheck{Name: name, Check: check})
+}
+
+// Ready runs every readiness check: nil when all pass, else their failures
+// joined ("name: reason"). A check's change of state is logged, so losing the
+// lease is visible without polling /readyz.
+func (r *Region) Ready(ctx context.Context) error {
+	r.readyMu.Lock()
+	checks := append([]ReadyCheck(nil), r.readyChecks...)
+	r.readyMu.Unlock()
+	var errs []error
+	for _, c := range checks {
+		err := c.Check(ctx)
+		r.readyMu.Lock()
+		if r.readyFailing == nil {
+			r.readyFailing = map[string]bool{}
+		}
+		was := r.readyFailing[c.Name]
+		r.readyFailing[c.Name] = err != nil
+		r.readyMu.Unlock()
+		switch {
+		case err != nil && !was:
+			r.log.Warn("region not ready", "check", c.Name, "err", err)
+		case err == nil && was:
+			r.log.Info("region ready again", "check", c.Name)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", c.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// addClusterReadiness adds the lease check of a region in a cluster: ready
+// only while it can prove its lease and a current pin table in etcd (the
+// freshness every write needs). Losing etcd or its authorization makes the
+// region unready as it makes its writes fail closed.
+func (r *Region) addClusterReadiness() {
+	if r.cluster == nil || r.cluster.authority == nil {
+		return
+	}
+	a := r.cluster.authority
+	r.AddReadyCheck("lease", func(context.Context) error { return a.LeaseProof() })
+}
+
+// newVerifier builds the token verifier from cfg.Secret and cfg.Auth.
+func newVerifier(cfg Config) (*auth.Verifier, error) {
+	ac := cfg.Auth
+	if len(ac.Secret) == 0 {
+		ac.Secret = cfg.Secret
+	}
+	ac.Now = cfg.Clock.Now
+	v, err := auth.New(ac)
+	if err != nil {
+		return nil, fmt.Errorf("region: %w", err)
+	}
+	return v, nil
+}

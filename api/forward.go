@@ -61,6 +61,7 @@ var refusals = map[string]error{
 
 type forwardServer interface {
 	set(ctx context.Context, in *forwardRequest) (*forwardResponse, error)
+	erasure(ctx context.Context, in *erasureRequest) (*erasureResponse, error)
 }
 
 // ForwardPolicy is what the owner checks of a forwarded write.
@@ -71,6 +72,9 @@ type ForwardPolicy struct {
 	// Jobs tells whether a user's erasure has started here; without it a
 	// forwarded erasure write is refused.
 	Jobs edge.JobStore
+	// Eraser returns the region's eraser (nil until it runs), which starts
+	// and reports erasures relayed from other regions.
+	Eraser func() *edge.Eraser
 }
 
 type forwardHandler struct {
@@ -143,6 +147,63 @@ func (h *forwardHandler) set(ctx context.Context, in *forwardRequest) (*forwardR
 	return &forwardResponse{Result: res}, nil
 }
 
+// The erasure relay: account erasure runs at the owner of the user's range
+// (where the user's writes are serialized and the erasure mark blocks them),
+// so another region relays a user's or an admin's erasure request, already
+// authorized there, over this authenticated service.
+const erasureMethod = "/" + forwardService + "/Erasure"
+
+type erasureRequest struct {
+	Proto int    `json:"proto"`
+	From  string `json:"from"`
+	User  string `json:"user"`
+	// Start begins the erasure; false reads its job.
+	Start bool `json:"start"`
+}
+
+type erasureResponse struct {
+	Job     edge.ErasureJob `json:"job"`
+	Found   bool            `json:"found"`
+	Refusal string          `json:"refusal,omitempty"`
+	Message string          `json:"message,omitempty"`
+}
+
+func (h *forwardHandler) erasure(ctx context.Context, in *erasureRequest) (*erasureResponse, error) {
+	if in.Proto != forwardProto {
+		return nil, status.Errorf(codes.FailedPrecondition, "api: erasure relay protocol %d, this region speaks %d", in.Proto, forwardProto)
+	}
+	if err := peertls.CheckCaller(ctx, in.From, h.policy.Regions); err != nil {
+		return nil, status.Errorf(codes.PermissionDenied, "api: erasure relay: %v", err)
+	}
+	if err := ValidateID("userId", in.User); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "api: erasure relay: %v", err)
+	}
+	var er *edge.Eraser
+	if h.policy.Eraser != nil {
+		er = h.policy.Eraser()
+	}
+	if er == nil {
+		return nil, status.Error(codes.Unavailable, "api: erasure relay: this region's eraser is not running")
+	}
+	if !in.Start {
+		job, ok, err := er.Status(ctx, in.User)
+		if err != nil {
+			return nil, status.Errorf(codes.Unavailable, "api: erasure status: %v", err)
+		}
+		return &erasureResponse{Job: job, Found: ok}, nil
+	}
+	job, err := er.Start(ctx, in.User)
+	if err != nil && job.User == "" {
+		for name, sentinel := range refusals {
+			if errors.Is(err, sentinel) {
+				return &erasureResponse{Refusal: name, Message: err.Error()}, nil
+			}
+		}
+		return nil, status.Errorf(codes.Unavailable, "api: erasure: %v", err)
+	}
+	return &erasureResponse{Job: job, Found: true}, nil
+}
+
 var forwardDesc = grpc.ServiceDesc{
 	ServiceName: forwardService,
 	HandlerType: (*forwardServer)(nil),
@@ -160,6 +221,22 @@ var forwardDesc = grpc.ServiceDesc{
 			info := &grpc.UnaryServerInfo{Server: srv, FullMethod: forwardMethod}
 			return ic(ctx, in, info, func(ctx context.Context, req any) (any, error) {
 				return h.set(ctx, req.(*forwardRequest))
+			})
+		},
+	}, {
+		MethodName: "Erasure",
+		Handler: func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			in := new(erasureRequest)
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			h := srv.(forwardServer)
+			if ic == nil {
+				return h.erasure(ctx, in)
+			}
+			info := &grpc.UnaryServerInfo{Server: srv, FullMethod: erasureMethod}
+			return ic(ctx, in, info, func(ctx context.Context, req any) (any, error) {
+				return h.erasure(ctx, req.(*erasureRequest))
 			})
 		},
 	}},
@@ -237,6 +314,34 @@ func (f *Forwarder) Forward(ctx context.Context, owner string, req edge.Request)
 		return edge.ForwardResult{}, fmt.Errorf("%w (at owner %s: %s)", sentinel, owner, out.Message)
 	}
 	return out.Result, nil
+}
+
+// Erasure implements ErasureRelay: it starts (start) or reads the user's
+// erasure at owner. Transport failures fail closed (edge.ErrFailClosed).
+func (f *Forwarder) Erasure(ctx context.Context, owner, user string, start bool) (edge.ErasureJob, bool, error) {
+	addr, ok := f.resolve(owner)
+	if !ok {
+		return edge.ErasureJob{}, false, fmt.Errorf("%w: owner region %q is not reachable (unknown address)", edge.ErrFailClosed, owner)
+	}
+	c, err := f.conn(owner, addr)
+	if err != nil {
+		return edge.ErasureJob{}, false, fmt.Errorf("%w: dial %s: %v", edge.ErrFailClosed, owner, err)
+	}
+	var out erasureResponse
+	if err := c.Invoke(ctx, erasureMethod, &erasureRequest{Proto: forwardProto, From: f.self, User: user, Start: start}, &out); err != nil {
+		return edge.ErasureJob{}, false, fmt.Errorf("%w: erasure relay to %s: %v", edge.ErrFailClosed, owner, err)
+	}
+	if out.Refusal != "" {
+		sentinel, ok := refusals[out.Refusal]
+		if !ok {
+			sentinel = edge.ErrFailClosed
+		}
+		return edge.ErasureJob{}, false, fmt.Errorf("%w (at owner %s: %s)", sentinel, owner, out.Message)
+	}
+	if out.Found && out.Job.User != user {
+		return edge.ErasureJob{}, false, fmt.Errorf("%w: owner %s answered the erasure of %q", edge.ErrFailClosed, owner, out.Job.User)
+	}
+	return out.Job, out.Found, nil
 }
 
 // Close closes every connection. Idempotent.

@@ -51,11 +51,19 @@ type Config struct {
 	Ready func(ctx context.Context) error
 	// Admin serves the operator endpoints (nil: they answer 404).
 	Admin Admin
-	// UserHome, when set, names the region that owns a user's range and its
-	// HTTP base URL. Account erasure runs at the owner (where the user's writes
-	// are serialized and the erasure mark blocks them), so other regions relay
-	// the erasure requests there. Nil: this region owns every user.
-	UserHome func(user string) (self bool, url string, err error)
+	// Home, when set, names the region that owns a user's range (self: this
+	// one). Account erasure runs at the owner (where the user's writes are
+	// serialized and the erasure mark blocks them), so other regions relay
+	// erasure requests and status reads there through Relay. Nil: this region
+	// owns every user.
+	Home  func(user string) (owner string, self bool, err error)
+	Relay ErasureRelay
+}
+
+// ErasureRelay carries an erasure request, authorized here, to the owner of the
+// user's range over the authenticated region-to-region plane (*Forwarder).
+type ErasureRelay interface {
+	Erasure(ctx context.Context, owner, user string, start bool) (job edge.ErasureJob, found bool, err error)
 }
 
 // Admin is the operator surface of a region.
@@ -475,13 +483,14 @@ func (s *Server) selfOrAdmin(r *http.Request) (string, *apiError) {
 	return user, nil
 }
 
-// relayHome sends the request to the user's home region when that is not this
-// one; handled reports whether it did (successfully or with an error).
-func (s *Server) relayHome(w http.ResponseWriter, r *http.Request, user string) (handled bool, e *apiError) {
-	if s.cfg.UserHome == nil || r.Header.Get(relayedHeader) != "" {
+// relayHome sends an erasure request (start) or status read to the user's
+// home region when that is not this one; handled reports whether it did
+// (successfully or with an error).
+func (s *Server) relayHome(w http.ResponseWriter, r *http.Request, user string, start bool) (handled bool, e *apiError) {
+	if s.cfg.Home == nil || s.cfg.Relay == nil {
 		return false, nil
 	}
-	self, base, err := s.cfg.UserHome(user)
+	owner, self, err := s.cfg.Home(user)
 	if err != nil {
 		return true, retryable(http.StatusServiceUnavailable, "not_authoritative", "the user's home region is unknown right now; retry", time.Second)
 	}
@@ -490,29 +499,20 @@ func (s *Server) relayHome(w http.ResponseWriter, r *http.Request, user string) 
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, r.Method, strings.TrimRight(base, "/")+r.URL.EscapedPath(), nil)
+	job, found, err := s.cfg.Relay.Erasure(ctx, owner, user, start)
 	if err != nil {
-		return true, errorf(http.StatusInternalServerError, "internal", "internal error")
+		return true, retryable(http.StatusServiceUnavailable, "not_authoritative", "the user's home region could not take the request; retry", time.Second)
 	}
-	req.Header.Set("Authorization", r.Header.Get("Authorization"))
-	req.Header.Set(relayedHeader, s.cfg.Region)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return true, retryable(http.StatusServiceUnavailable, "not_authoritative", "the user's home region is unreachable; retry", time.Second)
+	if !found {
+		return true, errorf(http.StatusNotFound, "not_found", "no erasure for this user")
 	}
-	defer resp.Body.Close()
-	for _, h := range []string{"Content-Type", "Retry-After"} {
-		if v := resp.Header.Get(h); v != "" {
-			w.Header().Set(h, v)
-		}
+	code := http.StatusOK
+	if start && job.State != edge.ErasureDone {
+		code = http.StatusAccepted
 	}
-	w.WriteHeader(resp.StatusCode)
-	_, _ = io.Copy(w, io.LimitReader(resp.Body, s.cfg.MaxBodyBytes))
+	writeJSON(w, code, job)
 	return true, nil
 }
-
-// relayedHeader marks a request relayed from another region (never relayed again).
-const relayedHeader = "X-Likes-Relayed-From"
 
 func (s *Server) erase(w http.ResponseWriter, r *http.Request) *apiError {
 	user, e := s.selfOrAdmin(r)
@@ -522,7 +522,7 @@ func (s *Server) erase(w http.ResponseWriter, r *http.Request) *apiError {
 	if e := drainBody(r); e != nil {
 		return e
 	}
-	if handled, e := s.relayHome(w, r, user); handled {
+	if handled, e := s.relayHome(w, r, user, true); handled {
 		return e
 	}
 	job, err := s.cfg.Eraser.Start(r.Context(), user)
@@ -542,7 +542,7 @@ func (s *Server) erasure(w http.ResponseWriter, r *http.Request) *apiError {
 	if e != nil {
 		return e
 	}
-	if handled, e := s.relayHome(w, r, user); handled {
+	if handled, e := s.relayHome(w, r, user, false); handled {
 		return e
 	}
 	job, ok, err := s.cfg.Eraser.Status(r.Context(), user)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -83,6 +84,7 @@ func (o overridePeers) Changes() <-chan struct{} { return o.src.Changes() }
 type clusterParts struct {
 	regions    []string
 	jobs       edge.JobStore
+	eraser     atomic.Pointer[edge.Eraser] // set once the region's eraser runs
 	keepalive  *epoch.KeepAlive
 	authority  *epoch.Authority
 	controller *epoch.Controller
@@ -257,7 +259,7 @@ func (p *clusterParts) serve(svc *edge.Service) {
 	if p.grpcSrv == nil {
 		return // peerless: nothing to serve
 	}
-	api.RegisterForward(p.grpcSrv, svc, api.ForwardPolicy{Regions: p.regions, Jobs: p.jobs})
+	api.RegisterForward(p.grpcSrv, svc, api.ForwardPolicy{Regions: p.regions, Jobs: p.jobs, Eraser: p.eraser.Load})
 	p.serving = true
 	go func() {
 		defer close(p.grpcDone)
@@ -359,24 +361,16 @@ func (n noLeaseAuthority) Authorize(ctx context.Context, user string) (uint64, e
 
 // userHome says whether this region owns user's range, else the owner's HTTP
 // base URL (from gossip).
-func (p *clusterParts) userHome(user string) (bool, string, error) {
-	owner, _ := p.authority.Owner(user)
+func (p *clusterParts) home(user string) (owner string, self bool, err error) {
+	owner, _ = p.authority.Owner(user)
 	if owner == "" {
-		return false, "", fmt.Errorf("region: no pin for user's range")
+		return "", false, fmt.Errorf("region: no pin for user's range")
+	}
+	if owner == p.authority.Self() {
+		return owner, true, nil
 	}
 	if p.member == nil { // peerless: this region is the only one
-		if owner == p.authority.Self() {
-			return true, "", nil
-		}
-		return false, "", fmt.Errorf("region: range pinned to %s, a region this one does not replicate with", owner)
+		return owner, false, fmt.Errorf("region: range pinned to %s, a region this one does not replicate with", owner)
 	}
-	if owner == p.member.Self().Region {
-		return true, "", nil
-	}
-	for _, peer := range p.member.Peers() {
-		if peer.Region == owner && peer.HTTPAddr != "" {
-			return false, peer.HTTPAddr, nil
-		}
-	}
-	return false, "", fmt.Errorf("region: owner %s has no known HTTP address", owner)
+	return owner, false, nil
 }

@@ -55,7 +55,7 @@ func TestPeerlessCluster(t *testing.T) {
 	if ep != 1 {
 		t.Fatalf("epoch %d, want 1", ep)
 	}
-	if self, _, err := p.userHome("alice"); !self || err != nil {
-		t.Fatalf("userHome = %v, %v; want this region", self, err)
+	if _, self, err := p.home("alice"); !self || err != nil {
+		t.Fatalf("home = %v, %v; want this region", self, err)
 	}
 }

@@ -254,9 +254,14 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 		return fail(err)
 	}
 	r.regions = regions
-	var userHome func(string) (bool, string, error)
+	var home func(string) (string, bool, error)
+	var relay api.ErasureRelay
 	if r.cluster != nil {
-		userHome = r.cluster.userHome
+		r.cluster.eraser.Store(r.Eraser)
+		home = r.cluster.home
+		if r.cluster.forwarder != nil {
+			relay = r.cluster.forwarder
+		}
 	}
 	verifier, err := newVerifier(cfg)
 	if err != nil {
@@ -264,10 +269,10 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 	}
 	r.addClusterReadiness()
 	r.API, err = api.New(api.Config{
-		Ready:    r.Ready,
-		Admin:    newAdmin(r),
-		UserHome: userHome,
-		Region:   cfg.Name, Service: r.Service, Eraser: r.Eraser, Store: st, Counts: r.Counts,
+		Ready: r.Ready,
+		Admin: newAdmin(r),
+		Home:  home, Relay: relay,
+		Region: cfg.Name, Service: r.Service, Eraser: r.Eraser, Store: st, Counts: r.Counts,
 		Verifier:    verifier,
 		UserLimiter: caches.user, IPLimiter: caches.ip, MaxInFlightWrites: cfg.MaxInFlightWrites,
 		Registry: r.Registry, Clock: cfg.Clock,

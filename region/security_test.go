@@ -119,6 +119,15 @@ func TestHostilePeers(t *testing.T) {
 		t.Error("an unlike forwarded with a certificate of another CA was applied")
 	}
 
+	// Nor relay an erasure of the victim (the relay is on the same
+	// authenticated plane, no longer plain HTTP with the caller's token).
+	if _, _, err := imp.Erasure(ctx, "us", victim, true); err == nil {
+		t.Error("an erasure relayed with a certificate of another CA was started")
+	}
+	if _, found, err := fw.Erasure(ctx, "us", victim, false); err != nil || found {
+		t.Errorf("erasure status of the victim through eu = found %v, %v; want none", found, err)
+	}
+
 	// A gossip member without the key never becomes a peer.
 	m, err := replication.NewMembership(replication.MembershipConfig{Region: "eu", GRPCAddr: "127.0.0.1:1", BindAddr: "127.0.0.1"})
 	if err != nil {

@@ -187,7 +187,8 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 	p.grpcSrv = grpc.NewServer(sopts...)
 	rs, err := replication.NewServer(replication.ServerConfig{
 		Region: name, Partitions: st.Partitions(), Sink: st, Logger: log, Regions: c.Regions,
-		Fencer: &fencer{pins: p.authority, service: func() *edge.Service { return p.svc }, log: sourceHeads{st}},
+		MaxEpoch: func(user string) uint64 { _, e := p.authority.Owner(user); return e },
+		Fencer:   &fencer{pins: p.authority, service: func() *edge.Service { return p.svc }, log: sourceHeads{st}},
 	})
 	if err != nil {
 		return fail(err)

@@ -28,6 +28,11 @@ type ServerConfig struct {
 	// Fencer answers Heads (the planned-move barrier). Nil: Heads answers
 	// codes.Unimplemented.
 	Fencer Fencer
+	// MaxEpoch, when set, is the newest pin epoch this region has seen for a
+	// user's range: an edge version past it is refused (retryably: the pin
+	// table may only lag), so no sender can plant a version that would
+	// outrank every real write of the user forever.
+	MaxEpoch func(user string) uint64
 	// Regions are the configured regions: on a mutual-TLS server a caller's
 	// certificate must name one of them (empty: any the CA vouches for).
 	Regions []string
@@ -121,6 +126,10 @@ func (s *Server) Push(ctx context.Context, b Batch) (Cursor, error) {
 		s.cfg.Logger.Warn("replication: push refused", "from", b.From, "err", err)
 		return Cursor{}, err
 	}
+	if err := s.checkEpochs(b); err != nil {
+		s.cfg.Logger.Warn("replication: push refused", "from", b.From, "err", err)
+		return Cursor{}, err
+	}
 	unlock, err := s.lock(ctx, b.From)
 	if err != nil {
 		return Cursor{}, err
@@ -172,6 +181,28 @@ func (s *Server) Push(ctx context.Context, b Batch) (Cursor, error) {
 		return Cursor{}, sinkError(ctx, "cursor", err)
 	}
 	return normalize(out, s.cfg.Partitions), nil
+}
+
+// checkEpochs refuses edge versions newer than any pin of their range.
+func (s *Server) checkEpochs(b Batch) error {
+	if s.cfg.MaxEpoch == nil {
+		return nil
+	}
+	for _, pb := range b.Parts {
+		for _, ev := range pb.Events {
+			switch ev.Kind {
+			case edge.KindFlip, edge.KindRetraction, edge.KindErasure, edge.KindRecord:
+			default:
+				continue // no edge version
+			}
+			if m := s.cfg.MaxEpoch(ev.User); ev.Version.Epoch > m {
+				return status.Errorf(codes.Unavailable,
+					"replication: batch from %q carries an edge version at epoch %d, past the newest pin this region has seen for the user's range (%d); retry once the pin table has caught up",
+					b.From, ev.Version.Epoch, m)
+			}
+		}
+	}
+	return nil
 }
 
 // validateBatch checks the shape a correct sender always produces.

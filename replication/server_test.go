@@ -257,3 +257,24 @@ func TestHeadsOverGRPC(t *testing.T) {
 		t.Fatalf("no fencer: %v, want Unimplemented", err)
 	}
 }
+
+// An edge version past every pin of its range is refused (retryably) and
+// nothing is applied: the audit's epoch-2^63 edge would outrank the user's
+// real writes forever.
+func TestServerRefusesEpochsPastThePins(t *testing.T) {
+	sink := newFakeSink(2)
+	srv, err := NewServer(ServerConfig{Region: "us", Partitions: 2, Sink: sink, MaxEpoch: func(string) uint64 { return 3 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	far := one(func(e *edge.Event) { e.Version.Epoch = 1 << 63 })
+	if _, err := srv.Push(context.Background(), far); status.Code(err) != codes.Unavailable || !IsRetryable(err) {
+		t.Fatalf("epoch 2^63: %v, want a retryable Unavailable", err)
+	}
+	if len(sink.applied) != 0 {
+		t.Fatalf("applied %v", sink.applied)
+	}
+	if _, err := srv.Push(context.Background(), one(func(e *edge.Event) { e.Version.Epoch = 3 })); err != nil {
+		t.Fatalf("epoch 3 (the current pin): %v", err)
+	}
+}

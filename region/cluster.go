@@ -187,7 +187,7 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 	p.grpcSrv = grpc.NewServer(sopts...)
 	rs, err := replication.NewServer(replication.ServerConfig{
 		Region: name, Partitions: st.Partitions(), Sink: st, Logger: log, Regions: c.Regions,
-		MaxEpoch: func(user string) uint64 { _, e := p.authority.Owner(user); return e },
+		MaxEpoch: p.maxEpoch,
 		Fencer:   &fencer{pins: p.authority, service: func() *edge.Service { return p.svc }, log: sourceHeads{st}},
 	})
 	if err != nil {
@@ -362,6 +362,19 @@ func (n noLeaseAuthority) Authorize(ctx context.Context, user string) (uint64, e
 
 // userHome says whether this region owns user's range, else the owner's HTTP
 // base URL (from gossip).
+// epochSlack is how far past this region's view of a range's pin a replicated
+// edge version may be. A region cut off from etcd keeps receiving its peers'
+// writes under the pins it has not seen (its counts must keep converging), so
+// the bound cannot be the view itself; no partition sees 65 536 moves of one
+// range, while a planted epoch near 2^63 (which would outrank every real
+// write of the user forever) is refused.
+const epochSlack = 1 << 16
+
+func (p *clusterParts) maxEpoch(user string) uint64 {
+	_, e := p.authority.Owner(user)
+	return e + epochSlack
+}
+
 func (p *clusterParts) home(user string) (owner string, self bool, err error) {
 	owner, _ = p.authority.Owner(user)
 	if owner == "" {

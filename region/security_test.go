@@ -88,6 +88,7 @@ func TestHostilePeers(t *testing.T) {
 		{"eu's certificate pushing as ap", push(eu.ClientCredentials, forged), []codes.Code{codes.PermissionDenied}},
 		{"eu pushing a cell of ap", push(eu.ClientCredentials, withFrom(forged, "eu", true)), []codes.Code{codes.InvalidArgument}},
 		{"eu pushing a cursor past its events", push(eu.ClientCredentials, pastThrough("eu")), []codes.Code{codes.InvalidArgument}},
+		{"eu pushing an edge at epoch 2^63", push(eu.ClientCredentials, farEpoch("eu", victim)), []codes.Code{codes.Unavailable}},
 	}
 	for _, a := range attacks {
 		if a.err == nil {
@@ -185,6 +186,16 @@ func withFrom(b replication.Batch, from string, keepCells bool) replication.Batc
 		b.Cells = nil
 	}
 	return b
+}
+
+// farEpoch is a well-formed unlike of user's target edge at epoch 2^63: it
+// would outrank every real write of the user forever.
+func farEpoch(from, user string) replication.Batch {
+	b := edge.BucketOf(user)
+	p := edge.PartitionOf("target", b, 4)
+	ev := edge.Event{Partition: p, Pos: 1, Item: "target", User: user, Bucket: b, Kind: edge.KindFlip,
+		State: crdt.Unliked, Delta: -1, Version: crdt.Version{Epoch: 1 << 63, Op: 1}}
+	return replication.Batch{From: from, Partitions: 4, Parts: []replication.PartBatch{{Partition: p, Events: []edge.Event{ev}, Through: 1}}}
 }
 
 func pastThrough(from string) replication.Batch {

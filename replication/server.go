@@ -28,10 +28,11 @@ type ServerConfig struct {
 	// Fencer answers Heads (the planned-move barrier). Nil: Heads answers
 	// codes.Unimplemented.
 	Fencer Fencer
-	// MaxEpoch, when set, is the newest pin epoch this region has seen for a
-	// user's range: an edge version past it is refused (retryably: the pin
-	// table may only lag), so no sender can plant a version that would
-	// outrank every real write of the user forever.
+	// MaxEpoch, when set, bounds the epoch of a replicated edge version of a
+	// user (the newest pin of the user's range this region has seen, plus a
+	// slack for a pin table that lags): a version past it is refused
+	// (retryably), so no sender can plant a version that would outrank every
+	// real write of the user forever.
 	MaxEpoch func(user string) uint64
 	// Regions are the configured regions: on a mutual-TLS server a caller's
 	// certificate must name one of them (empty: any the CA vouches for).

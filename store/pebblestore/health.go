@@ -46,14 +46,31 @@ type faults struct {
 	lowSpace    bool // free space under the watermark
 	free, total uint64
 	minFree     uint64
-	stalled     bool   // Pebble stalls writes (memtables or L0 over their limits)
-	bg          error  // a flush or compaction failed; cleared when one succeeds
+	stalled     bool  // Pebble stalls writes (memtables or L0 over their limits)
+	bg          error // a flush or compaction failed; cleared when one succeeds
 	bgAt        time.Time
 	fatal       error // a commit failed, or Fatalf: the database needs reopening
 	restart     bool  // the failed database could not be closed
+	kind        string // the state's category: a change of kind is logged and counted
 	reason      string
 	since       time.Time
 	count       uint64
+}
+
+func (f *faults) category() string {
+	switch {
+	case f.restart:
+		return "restart-required"
+	case f.fatal != nil:
+		return "write-failed"
+	case f.bg != nil:
+		return "background-error"
+	case f.lowSpace:
+		return "low-disk-space"
+	case f.stalled:
+		return "write-stall"
+	}
+	return ""
 }
 
 func (f *faults) describe() string {
@@ -65,7 +82,8 @@ func (f *faults) describe() string {
 	case f.bg != nil:
 		return "store background flush/compaction failed: " + f.bg.Error()
 	case f.lowSpace:
-		return fmt.Sprintf("free disk space %s is below the --min-free-space watermark %s", human(f.free), human(f.minFree))
+		return fmt.Sprintf("free disk space %s is below the --min-free-space watermark %s (writes resume above %s)",
+			human(f.free), human(f.minFree), human(f.minFree+f.minFree/8))
 	case f.stalled:
 		return "store is stalling writes (flushes/compactions behind)"
 	}
@@ -80,8 +98,9 @@ func human(b uint64) string {
 	return strconv.FormatUint(b, 10) + " B"
 }
 
-// update changes the fault state under hmu and, when the reason changes,
-// publishes it for the write path and logs it once.
+// update changes the fault state under hmu and publishes the refusal for the
+// write path. A change of the state's kind is logged once (a flush failing
+// again and again, or free space moving, is not logged again).
 func (s *Store) update(fn func(f *faults)) {
 	s.hmu.Lock()
 	defer s.hmu.Unlock()
@@ -91,22 +110,36 @@ func (s *Store) update(fn func(f *faults)) {
 	if reason == f.reason {
 		return
 	}
-	was := f.reason
-	f.reason, f.since = reason, s.opts.Clock.Now()
+	f.reason = reason
+	kind, was := f.category(), f.kind
 	if reason == "" {
 		s.refuse.Store(nil)
-		s.log.Info("store accepts writes again", "was", was)
+	} else {
+		err := fmt.Errorf("%w: %s", edge.ErrStorageUnavailable, reason)
+		if f.fatal != nil {
+			err = fmt.Errorf("%w: %s", ErrFatal, reason)
+		}
+		s.refuse.Store(&err)
+	}
+	if kind == was {
 		return
 	}
-	if was == "" {
+	f.kind, f.since = kind, s.opts.Clock.Now()
+	switch {
+	case kind == "":
+		s.log.Info("store accepts writes again", "was", was)
+	case was == "":
 		f.count++
+		s.log.Error("store refuses writes", "state", kind, "reason", reason)
+	default:
+		s.log.Error("store still refuses writes", "state", kind, "was", was, "reason", reason)
 	}
-	err := fmt.Errorf("%w: %s", edge.ErrStorageUnavailable, reason)
-	if f.fatal != nil {
-		err = fmt.Errorf("%w: %s", ErrFatal, reason)
-	}
-	s.refuse.Store(&err)
-	s.log.Error("store refuses writes", "reason", reason)
+}
+
+// firstLine keeps Pebble's errors (which may carry a stack trace) to one line.
+func firstLine(err error) string {
+	msg, _, _ := strings.Cut(err.Error(), "\n")
+	return msg
 }
 
 // refusal is the error a write gets now, or nil. One atomic load: the hot
@@ -219,6 +252,9 @@ func (l pebbleLogger) Errorf(format string, args ...any) {
 
 func (l pebbleLogger) Fatalf(format string, args ...any) {
 	err := errors.New(strings.TrimSpace(fmt.Sprintf(format, args...)))
+	if i := strings.IndexByte(err.Error(), '\n'); i > 0 {
+		err = errors.New(err.Error()[:i])
+	}
 	if underGuard() {
 		panic(fatalPanic{err: err})
 	}
@@ -384,7 +420,7 @@ func (s *Store) reopen() {
 		case err := <-closed:
 			t.Stop()
 			if err != nil {
-				s.log.Warn("closing the failed database", "err", err)
+				s.log.Warn("closing the failed database", "err", firstLine(err))
 			}
 		case <-t.C():
 			t.Stop()
@@ -394,7 +430,7 @@ func (s *Store) reopen() {
 	}
 	db, err := s.openDB()
 	if err != nil {
-		s.log.Warn("reopening the database failed; retrying", "err", err)
+		s.log.Warn("reopening the database failed; retrying", "err", firstLine(err))
 		return
 	}
 	s.cellMu.Lock()
@@ -432,4 +468,3 @@ func (s *Store) openDB() (*pebble.DB, error) {
 	}
 	return db, nil
 }
-

@@ -807,5 +807,3 @@ func (s *Store) Watermarks(ctx context.Context) (crdt.Watermarks, error) {
 	}
 	return wms, it.Error()
 }
-
-

@@ -1019,3 +1019,17 @@ func TestAdminEndpoints(t *testing.T) {
 	k := newKit(t, kitOptions{})
 	wantError(t, k.do(call{method: "GET", path: "/v1/admin/status", token: k.token("root", true)}), 404, "not_found")
 }
+
+// refusingStore refuses every write as a store that cannot write does.
+type refusingStore struct{ edge.Store }
+
+func (refusingStore) Apply(context.Context, edge.Request) (edge.Decision, error) {
+	return edge.Decision{}, fmt.Errorf("%w: free disk space is below the watermark", edge.ErrStorageUnavailable)
+}
+
+func TestStorageUnavailable(t *testing.T) {
+	e := newKit(t, kitOptions{wrapStore: func(s edge.Store) edge.Store { return refusingStore{s} }})
+	wantError(t, e.like(e.token("alice", false), "x", "k"), 503, "storage_unavailable")
+	wantError(t, e.unlike(e.token("alice", false), "alice", "x", "k2"), 503, "storage_unavailable")
+	e.getCount("x") // reads keep serving
+}

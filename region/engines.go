@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/gocql/gocql"
 
 	"likes/api"
@@ -289,9 +290,21 @@ func (r *Region) openStore(ctx context.Context) error {
 			return Recount{Item: rc.Item, Liked: rc.Liked, Cells: rc.Cells, Mismatch: rc.Liked - rc.Cells}, err
 		}
 	default:
-		st, err := pebblestore.Open(pebblestore.Options{
+		po := pebblestore.Options{
 			Dir: filepath.Join(cfg.DataDir, cfg.Name), Region: cfg.Name, Partitions: cfg.Partitions, Clock: cfg.Clock,
-		})
+			MinFreeBytes: cfg.MinFreeBytes, MinFreeFraction: cfg.MinFreeFraction, Logger: r.log,
+		}
+		if full := cfg.Knobs.DiskFull; full != nil {
+			po.MinFreeBytes = max(po.MinFreeBytes, 1)
+			po.FreeSpace = func() (uint64, uint64, error) {
+				du, err := vfs.Default.GetDiskUsage(po.Dir)
+				if full() {
+					return 0, du.TotalBytes, nil
+				}
+				return du.AvailBytes, du.TotalBytes, err
+			}
+		}
+		st, err := pebblestore.Open(po)
 		if err != nil {
 			return err
 		}

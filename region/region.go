@@ -56,10 +56,18 @@ type Config struct {
 	// Engines chooses the backend of each role; the zero value is the
 	// embedded default (Pebble, in-process log tailing, cache and limiters).
 	Engines Engines
+	// MinFreeBytes and MinFreeFraction are the Pebble store's low-disk
+	// watermark (the larger applies; both zero: none): below it writes are
+	// refused with 503 storage_unavailable and readiness fails, before the
+	// disk is full.
+	MinFreeBytes    uint64
+	MinFreeFraction float64
 	// Unsafe breaks guarantees on purpose, for the chaos suite's proof that its
 	// checker can fail. Never set in a deployment.
 	Unsafe Unsafe
-	Clock  clock.Clock
+	// Knobs are test hooks (the chaos suite's nemeses). Never set in a deployment.
+	Knobs Knobs
+	Clock clock.Clock
 	Logger *slog.Logger
 }
 
@@ -93,6 +101,14 @@ func ParseUnsafe(list string) (Unsafe, error) {
 		}
 	}
 	return u, nil
+}
+
+// Knobs are fault-injection hooks for tests.
+type Knobs struct {
+	// DiskFull, when it returns true, makes the Pebble store read its free
+	// space as zero: it refuses writes as a full disk would make it, until
+	// DiskFull returns false again.
+	DiskFull func() bool
 }
 
 // Any reports whether any guarantee is off.
@@ -257,12 +273,13 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 		Region:   cfg.Name, Service: r.Service, Eraser: r.Eraser, Store: st, Counts: r.Counts,
 		Verifier:    auth.NewVerifier(cfg.Secret, cfg.Clock.Now),
 		UserLimiter: caches.user, IPLimiter: caches.ip, MaxInFlightWrites: cfg.MaxInFlightWrites,
-		Registry: r.Registry, Clock: cfg.Clock,
+		Registry: r.Registry, Clock: cfg.Clock, Ready: r.ready,
 	})
 	if err != nil {
 		return fail(err)
 	}
 	r.registerPipelineMetrics()
+	r.registerStorageMetrics()
 	if r.cluster != nil {
 		r.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "likes_pins_catching_up",
@@ -273,6 +290,43 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 		log.Info("region engines", "engines", cfg.Engines.String())
 	}
 	return r, nil
+}
+
+// ready fails while the store cannot write, so a load balancer sends writes
+// elsewhere; reads still serve.
+func (r *Region) ready(context.Context) error {
+	if r.Store != nil {
+		if h := r.Store.Health(); !h.Writable {
+			return fmt.Errorf("%w: %s", edge.ErrStorageUnavailable, h.Reason)
+		}
+	}
+	return nil
+}
+
+func (r *Region) registerStorageMetrics() {
+	if r.Store == nil {
+		return
+	}
+	st := r.Store
+	r.Registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "likes_storage_writable",
+			Help: "1 while the store accepts writes; 0 while it refuses them (low disk space, a failed write or sync, a background error, a stall; /readyz and the log say why).",
+		}, func() float64 {
+			if st.Health().Writable {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "likes_storage_faults_total",
+			Help: "Times the store went from accepting writes to refusing them.",
+		}, func() float64 { return float64(st.Health().Faults) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "likes_storage_free_bytes",
+			Help: "Free space of the data folder's filesystem at the last check (0 when the watermark is off).",
+		}, func() float64 { return float64(st.Health().FreeBytes) }),
+	)
 }
 
 func (r *Region) registerPipelineMetrics() {

@@ -308,3 +308,24 @@ func TestLowDiskWatermark(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestParseMinFree(t *testing.T) {
+	for _, tc := range []struct {
+		in    string
+		bytes uint64
+		frac  float64
+		bad   bool
+	}{
+		{"3%", 0, 0.03, false}, {"64MiB", 64 << 20, 0, false}, {"3%,64MiB", 64 << 20, 0.03, false},
+		{"0", 0, 0, false}, {"1048576", 1 << 20, 0, false}, {"2GiB", 2 << 30, 0, false},
+		{"100%", 0, 0, true}, {"-1%", 0, 0, true}, {"lots", 0, 0, true}, {"", 0, 0, true}, {"5MB", 0, 0, true},
+	} {
+		b, f, err := pebblestore.ParseMinFree(tc.in)
+		if (err != nil) != tc.bad || (!tc.bad && (b != tc.bytes || f != tc.frac)) {
+			t.Errorf("ParseMinFree(%q) = %d, %v, %v", tc.in, b, f, err)
+		}
+		if err != nil && !errors.Is(err, pebblestore.ErrBadMinFree) {
+			t.Errorf("ParseMinFree(%q): %v is not ErrBadMinFree", tc.in, err)
+		}
+	}
+}

@@ -66,8 +66,8 @@ type Config struct {
 	// checker can fail. Never set in a deployment.
 	Unsafe Unsafe
 	// Knobs are test hooks (the chaos suite's nemeses). Never set in a deployment.
-	Knobs Knobs
-	Clock clock.Clock
+	Knobs  Knobs
+	Clock  clock.Clock
 	Logger *slog.Logger
 }
 
@@ -244,14 +244,23 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 	r.pcfg = pipeline.Config{
 		Region: cfg.Name, Log: r.aggLog, Cells: countingCells{CellStore: st, n: &r.cellWrites}, Clock: cfg.Clock,
 		Window: cfg.Window, UnsafeNoFence: cfg.Unsafe.NoFence,
-		OnError: func(p uint32, err error) { log.Warn("aggregator window failed; retrying", "partition", p, "err", err) },
+		OnError: func(p uint32, err error) {
+			if errors.Is(err, edge.ErrStorageUnavailable) {
+				return // the store logs its state changes once; not every window
+			}
+			log.Warn("aggregator window failed; retrying", "partition", p, "err", err)
+		},
 	}
 	if err := r.startAggregators(ctx); err != nil {
 		return fail(err)
 	}
 	r.Eraser, err = edge.NewEraser(ctx, edge.EraserConfig{
 		Service: r.Service, Store: st, Jobs: st, Clock: cfg.Clock, Rate: cfg.EraseRate,
-		OnError: func(err error) { log.Warn("erasure step failed; retrying", "err", err) },
+		OnError: func(err error) {
+			if !errors.Is(err, edge.ErrStorageUnavailable) {
+				log.Warn("erasure step failed; retrying", "err", err)
+			}
+		},
 	})
 	if err != nil {
 		return fail(err)

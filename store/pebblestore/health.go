@@ -49,8 +49,8 @@ type faults struct {
 	stalled     bool  // Pebble stalls writes (memtables or L0 over their limits)
 	bg          error // a flush or compaction failed; cleared when one succeeds
 	bgAt        time.Time
-	fatal       error // a commit failed, or Fatalf: the database needs reopening
-	restart     bool  // the failed database could not be closed
+	fatal       error  // a commit failed, or Fatalf: the database needs reopening
+	restart     bool   // the failed database could not be closed
 	kind        string // the state's category: a change of kind is logged and counted
 	reason      string
 	since       time.Time

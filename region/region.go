@@ -309,10 +309,33 @@ func (r *Region) ready(context.Context) error {
 			return fmt.Errorf("%w: %s", edge.ErrStorageUnavailable, h.Reason)
 		}
 	}
-	return nil
+	if r.Cassandra != nil {
+		if ok, reason, _ := r.Cassandra.Health(); !ok {
+			return fmt.Errorf("%w: %s", edge.ErrStorageUnavailable, reason)
+		}
+	}
+	return r.relayFault()
 }
 
 func (r *Region) registerStorageMetrics() {
+	if r.Cassandra != nil {
+		c := r.Cassandra
+		r.Registry.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "likes_storage_writable",
+				Help: "1 while Cassandra takes writes; 0 while its write breaker is open (writes refused at once; /readyz and the log say why).",
+			}, func() float64 {
+				if ok, _, _ := c.Health(); ok {
+					return 1
+				}
+				return 0
+			}),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "likes_storage_faults_total",
+				Help: "Times Cassandra's write breaker opened.",
+			}, func() float64 { _, _, n := c.Health(); return float64(n) }),
+		)
+	}
 	if r.Store == nil {
 		return
 	}

@@ -206,6 +206,9 @@ func TestDiskFullUnderLoad(t *testing.T) {
 	}
 	h := r.Store.Health()
 	t.Logf("full: health %+v", h)
+	if m := call(srv.URL, "GET", "/metrics", "", ""); !strings.Contains(m.body, "likes_storage_writable 0") || !strings.Contains(m.body, "likes_storage_faults_total 1") {
+		t.Fatalf("metrics while full do not say so: %v", m.status)
+	}
 
 	for _, f := range []string{filler, filler + "2"} {
 		if err := os.Remove(f); err != nil {

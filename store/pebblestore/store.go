@@ -258,6 +258,7 @@ func (s *Store) loadHeads() error {
 	copy(s.heads, heads)
 	s.lastTime = max(s.lastTime, lastTime)
 	s.issued = max(s.issued, issued)
+	s.inflight = false // a failed group is now in the log, or never will be
 	s.mu.Unlock()
 	return nil
 }
@@ -389,7 +390,11 @@ func (s *Store) commit(ops []*op) {
 	if err == nil {
 		copy(s.heads, next)
 	}
-	s.inflight = false
+	// A group whose commit failed fatally may still turn out durable (its
+	// bytes reached the disk anyway): keep its time as the bound of
+	// CompleteThrough until the reopen reloads the log, or a watermark handed
+	// out meanwhile could claim its events before they are counted.
+	s.inflight = err != nil && errors.Is(err, ErrFatal)
 	s.mu.Unlock()
 	for i, o := range ops {
 		if err != nil {

@@ -183,8 +183,8 @@ func TestDiskFullUnderLoad(t *testing.T) {
 
 	// Below the watermark first: refused before Pebble meets ENOSPC.
 	filler := filepath.Join(dir, "filler")
-	filled := fill(t, filler, 4<<20)
-	t.Logf("filled the filesystem with %d MiB, 4 MiB left", filled>>20)
+	filled := fill(t, filler, 6<<20)
+	t.Logf("filled the filesystem with %d MiB, 6 MiB left", filled>>20)
 	waitFor("/readyz to fail", 10*time.Second, func() bool { return call(srv.URL, "GET", "/readyz", "", "").status == 503 })
 	ready := call(srv.URL, "GET", "/readyz", "", "")
 	if ready.code != "not_ready" || !strings.Contains(ready.body, "free disk space") {

@@ -1049,3 +1049,17 @@ func TestOversizedTokenStoresNothing(t *testing.T) {
 		t.Fatal("a request with an oversized token was written")
 	}
 }
+
+// refusingStore refuses every write as a store that cannot write does.
+type refusingStore struct{ edge.Store }
+
+func (refusingStore) Apply(context.Context, edge.Request) (edge.Decision, error) {
+	return edge.Decision{}, fmt.Errorf("%w: free disk space is below the watermark", edge.ErrStorageUnavailable)
+}
+
+func TestStorageUnavailable(t *testing.T) {
+	e := newKit(t, kitOptions{wrapStore: func(s edge.Store) edge.Store { return refusingStore{s} }})
+	wantError(t, e.like(e.token("alice", false), "x", "k"), 503, "storage_unavailable")
+	wantError(t, e.unlike(e.token("alice", false), "alice", "x", "k2"), 503, "storage_unavailable")
+	e.getCount("x") // reads keep serving
+}

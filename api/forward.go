@@ -57,6 +57,8 @@ var refusals = map[string]error{
 	"stale_epoch": edge.ErrStaleEpoch,
 	"not_owner":   edge.ErrNotOwner,
 	"fail_closed": edge.ErrFailClosed,
+	// The owner's storage refuses writes: the ingress answers 503 too.
+	"storage_unavailable": edge.ErrStorageUnavailable,
 }
 
 type forwardServer interface {

@@ -24,7 +24,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"op"}),
 		Outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "likes_write_outcomes_total",
-			Help: "Write outcomes: changed, unchanged, replayed, conflict, erased, shed, rate_limited, unavailable, error.",
+			Help: "Write outcomes: changed, unchanged, replayed, conflict, erased, shed, rate_limited, unavailable, storage_unavailable, error.",
 		}, []string{"op", "outcome"}),
 		InFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "likes_inflight_writes",

@@ -277,6 +277,10 @@ func (s *Server) writeErr(op string, err error) *apiError {
 		outcome, e = "erased", errorf(http.StatusGone, "user_erased", "this user has been erased")
 	case errors.Is(err, edge.ErrNotOwner), errors.Is(err, edge.ErrFailClosed), errors.Is(err, edge.ErrStaleEpoch):
 		outcome, e = "unavailable", retryable(http.StatusServiceUnavailable, "not_authoritative", "this region cannot write this user's likes right now; retry", time.Second)
+	case errors.Is(err, edge.ErrStorageUnavailable):
+		// Refused before anything was acknowledged: the store cannot write now
+		// (disk full or below its watermark, a failed sync, a stall).
+		outcome, e = "storage_unavailable", retryable(http.StatusServiceUnavailable, "storage_unavailable", "this region's storage cannot accept writes right now; retry with the same Idempotency-Key", 5*time.Second)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		outcome, e = "unavailable", retryable(http.StatusServiceUnavailable, "timeout", "the write did not finish in time; retry with the same Idempotency-Key", time.Second)
 	}

@@ -165,3 +165,22 @@ func TestBreakLease(t *testing.T) {
 		Schedule: []Episode{{At: 3 * time.Second, Kind: NemEtcdSplit, Region: "ap", Duration: 8 * time.Second}}})
 	expectViolations(t, rep, CheckPin)
 }
+
+// TestDiskFullNemesis runs only the disk-full nemesis: the full region answers
+// 503 storage_unavailable, resumes by itself when the knob clears, and every
+// guarantee holds.
+func TestDiskFullNemesis(t *testing.T) {
+	rep := run(t, Options{Seed: 19, Duration: 20 * time.Second, Kinds: []string{NemDiskFull}})
+	if !rep.Pass {
+		t.Errorf("%d violations %v (seed %d); replay with: %s", rep.Mismatches, rep.Check.ByCheck, rep.Seed, rep.Replay)
+	}
+	if rep.FaultsByKind[NemDiskFull] == 0 {
+		t.Errorf("no disk-full episode ran: %v", rep.FaultsByKind)
+	}
+	for _, f := range rep.Faults {
+		if f.Err != "" {
+			t.Errorf("episode %s failed: %s", f.Kind, f.Err)
+		}
+	}
+	t.Logf("ops %+v", rep.Ops)
+}

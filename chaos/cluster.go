@@ -328,7 +328,8 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (c *Cluster, err error
 		if cfg.Unsafe != "" {
 			args = append(args, "--unsafe-break", cfg.Unsafe)
 		}
-		r.proc = &proc{name: name, env: env, args: args, log: filepath.Join(logs, name+".log")}
+		renv := append(append([]string(nil), env...), diskFullEnv+"="+c.diskFullFile(name))
+		r.proc = &proc{name: name, env: renv, args: args, log: filepath.Join(logs, name+".log")}
 		if err := r.proc.start(cfg.Binary); err != nil {
 			return c, err
 		}
@@ -683,11 +684,37 @@ func (c *Cluster) Resume(name string) error { return c.regions[name].proc.signal
 // Running reports whether a region's process is alive.
 func (c *Cluster) Running(name string) bool { return c.regions[name].proc.running() }
 
-// HealAll heals every link, resumes paused regions and restarts dead ones.
+// diskFullEnv is cmd/likesd's test-only knob: while the file it names
+// exists, the region's store refuses writes as on a full disk.
+const diskFullEnv = "LIKES_TESTONLY_DISK_FULL_FILE"
+
+func (c *Cluster) diskFullFile(name string) string {
+	return filepath.Join(c.cfg.Dir, "diskfull-"+name)
+}
+
+// SetDiskFull makes a region's store refuse writes as a full disk would (the
+// region notices within its free-space check interval), or clears it.
+func (c *Cluster) SetDiskFull(name string, full bool) error {
+	if _, ok := c.regions[name]; !ok {
+		return fmt.Errorf("no region %q", name)
+	}
+	f := c.diskFullFile(name)
+	if !full {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	return os.WriteFile(f, nil, 0o644)
+}
+
+// HealAll heals every link, clears full disks, resumes paused regions and
+// restarts dead ones.
 func (c *Cluster) HealAll(ctx context.Context) error {
 	c.HealLinks()
 	var errs []error
 	for _, name := range c.cfg.Regions {
+		errs = append(errs, c.SetDiskFull(name, false))
 		r := c.regions[name]
 		r.proc.mu.Lock()
 		stopped := r.proc.stopped

@@ -3,7 +3,9 @@
 // links (replication and forwarding gRPC) and its etcd link through
 // fault-injecting proxies (package chaos/proxy), drives a concurrent client
 // load while a seeded nemesis schedule partitions, pauses, kills and fails
-// regions over, and then, after healing and quiescing, checks the promises of
+// regions over and fills their disks (disk-full: the test-only environment
+// knob LIKES_TESTONLY_DISK_FULL_FILE, set only for the processes the suite
+// launches, makes a region's store refuse writes as on a full disk), and then, after healing and quiescing, checks the promises of
 // DESIGN.md against everything observable:
 //
 //   - every region reports the same count and the same who-liked set for

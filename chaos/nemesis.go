@@ -43,11 +43,15 @@ const (
 	NemDelay = "delay"
 	// NemReset resets a region's peer links and refuses new connections.
 	NemReset = "reset"
+	// NemDiskFull makes a region's store refuse writes as a full disk would
+	// (the test-only disk-full knob of `likesd run`), then clears it: writes
+	// there get 503 storage_unavailable, then resume with no restart.
+	NemDiskFull = "disk-full"
 )
 
 // AllNemeses lists every kind, in a fixed order.
 var AllNemeses = []string{NemPartition, NemOneWay, NemEtcdSplit, NemKill, NemPause, NemMovePins, NemFailover,
-	NemMovePartitioned, NemDelay, NemReset}
+	NemMovePartitioned, NemDelay, NemReset, NemDiskFull}
 
 // Episode is one planned fault.
 type Episode struct {
@@ -145,6 +149,8 @@ func PlanSchedule(seed uint64, span time.Duration, regions []string, kinds []str
 			e.Duration = dur(3*time.Second, 6*time.Second)
 			e.Delay = dur(50*time.Millisecond, 300*time.Millisecond)
 		case NemReset:
+			e.Duration = dur(2*time.Second, 4*time.Second)
+		case NemDiskFull:
 			e.Duration = dur(2*time.Second, 4*time.Second)
 		}
 		// Estimated length (failover waits for the lease to expire).
@@ -345,6 +351,15 @@ func (n *Nemesis) run(ctx context.Context, e Episode) (string, error) {
 		err := sleep(ctx, e.Duration)
 		n.setLinks(links, pass)
 		return fmt.Sprintf("reset %d peer links of %s", len(links), r), err
+	case NemDiskFull:
+		if err := c.SetDiskFull(r, true); err != nil {
+			return "", err
+		}
+		err := sleep(ctx, e.Duration)
+		if cerr := c.SetDiskFull(r, false); cerr != nil {
+			return "disk full; clearing failed", errors.Join(err, cerr)
+		}
+		return fmt.Sprintf("%s's store refused writes as on a full disk for %v", r, e.Duration.Round(time.Millisecond)), err
 	}
 	return "", fmt.Errorf("unknown nemesis %q", e.Kind)
 }

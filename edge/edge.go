@@ -20,6 +20,11 @@ var (
 	ErrStaleEpoch  = errors.New("edge: write authority is stale (edge already written in a newer epoch)")
 	ErrNotOwner    = errors.New("edge: this region does not hold the pin for the user's range")
 	ErrFailClosed  = errors.New("edge: cannot prove write authority, failing closed")
+	// ErrStorageUnavailable: the store cannot write now (disk full or below its
+	// free-space watermark, an I/O or sync error, a stall). Returned at once,
+	// never after queueing; the write was not acknowledged and a retry with the
+	// same idempotency key is safe.
+	ErrStorageUnavailable = errors.New("edge: storage cannot accept writes now")
 )
 
 // Hash is the one hash used for every placement decision (64-bit FNV-1a).

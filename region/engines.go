@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/gocql/gocql"
 
 	"likes/api"
@@ -277,6 +278,7 @@ func (r *Region) openStore(ctx context.Context) error {
 			Session: sess, Keyspace: c.Keyspace, Region: cfg.Name, Partitions: cfg.Partitions, Clock: cfg.Clock,
 			Consistency: cons, Serial: serial, IssueEvery: cassandraIssueEvery,
 			OnError: func(err error) { r.log.Warn("cassandra background work failed; retrying", "err", err) },
+			Logger:  r.log,
 		})
 		if err != nil {
 			sess.Close()
@@ -289,9 +291,21 @@ func (r *Region) openStore(ctx context.Context) error {
 			return Recount{Item: rc.Item, Liked: rc.Liked, Cells: rc.Cells, Mismatch: rc.Liked - rc.Cells}, err
 		}
 	default:
-		st, err := pebblestore.Open(pebblestore.Options{
+		po := pebblestore.Options{
 			Dir: filepath.Join(cfg.DataDir, cfg.Name), Region: cfg.Name, Partitions: cfg.Partitions, Clock: cfg.Clock,
-		})
+			MinFreeBytes: cfg.MinFreeBytes, MinFreeFraction: cfg.MinFreeFraction, Logger: r.log,
+		}
+		if full := cfg.Knobs.DiskFull; full != nil {
+			po.MinFreeBytes = max(po.MinFreeBytes, 1)
+			po.FreeSpace = func() (uint64, uint64, error) {
+				du, err := vfs.Default.GetDiskUsage(po.Dir)
+				if full() {
+					return 0, du.TotalBytes, nil
+				}
+				return du.AvailBytes, du.TotalBytes, err
+			}
+		}
+		st, err := pebblestore.Open(po)
 		if err != nil {
 			return err
 		}
@@ -313,7 +327,33 @@ type kickingStore struct {
 	r *Region
 }
 
+// relayRefuseAfter is how long the relay's produces must have failed (the
+// broker refuses writes) before the region refuses writes too: a short broker
+// blip only delays counts (the store's log holds the events), a long one
+// would grow the unpublished backlog without bound.
+const relayRefuseAfter = 5 * time.Second
+
+// relayFault says why writes are refused because Kafka refuses the relay's
+// writes, or nil.
+func (r *Region) relayFault() error {
+	r.pmu.Lock()
+	rl := r.Relay
+	r.pmu.Unlock()
+	if rl == nil {
+		return nil
+	}
+	since, failing := rl.StuckSince()
+	// The relay stamps its produces with the wall clock, so they are aged by it.
+	if !failing || time.Since(since) < relayRefuseAfter {
+		return nil
+	}
+	return fmt.Errorf("%w: Kafka has refused or not acknowledged the relay's writes since %s", edge.ErrStorageUnavailable, since.Format(time.RFC3339))
+}
+
 func (k kickingStore) Apply(ctx context.Context, req edge.Request) (edge.Decision, error) {
+	if err := k.r.relayFault(); err != nil {
+		return edge.Decision{}, err
+	}
 	d, err := k.Backend.Apply(ctx, req)
 	if err == nil && d.Event != nil {
 		k.r.pmu.Lock()

@@ -59,9 +59,17 @@ type Config struct {
 	// Engines chooses the backend of each role; the zero value is the
 	// embedded default (Pebble, in-process log tailing, cache and limiters).
 	Engines Engines
+	// MinFreeBytes and MinFreeFraction are the Pebble store's low-disk
+	// watermark (the larger applies; both zero: none): below it writes are
+	// refused with 503 storage_unavailable and readiness fails, before the
+	// disk is full.
+	MinFreeBytes    uint64
+	MinFreeFraction float64
 	// Unsafe breaks guarantees on purpose, for the chaos suite's proof that its
 	// checker can fail. Never set in a deployment.
 	Unsafe Unsafe
+	// Knobs are test hooks (the chaos suite's nemeses). Never set in a deployment.
+	Knobs  Knobs
 	Clock  clock.Clock
 	Logger *slog.Logger
 }
@@ -96,6 +104,14 @@ func ParseUnsafe(list string) (Unsafe, error) {
 		}
 	}
 	return u, nil
+}
+
+// Knobs are fault-injection hooks for tests.
+type Knobs struct {
+	// DiskFull, when it returns true, makes the Pebble store read its free
+	// space as zero: it refuses writes as a full disk would make it, until
+	// DiskFull returns false again.
+	DiskFull func() bool
 }
 
 // Any reports whether any guarantee is off.
@@ -235,14 +251,23 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 	r.pcfg = pipeline.Config{
 		Region: cfg.Name, Log: r.aggLog, Cells: countingCells{CellStore: st, n: &r.cellWrites}, Clock: cfg.Clock,
 		Window: cfg.Window, UnsafeNoFence: cfg.Unsafe.NoFence,
-		OnError: func(p uint32, err error) { log.Warn("aggregator window failed; retrying", "partition", p, "err", err) },
+		OnError: func(p uint32, err error) {
+			if errors.Is(err, edge.ErrStorageUnavailable) {
+				return // the store logs its state changes once; not every window
+			}
+			log.Warn("aggregator window failed; retrying", "partition", p, "err", err)
+		},
 	}
 	if err := r.startAggregators(ctx); err != nil {
 		return fail(err)
 	}
 	r.Eraser, err = edge.NewEraser(ctx, edge.EraserConfig{
 		Service: r.Service, Store: st, Jobs: st, Clock: cfg.Clock, Rate: cfg.EraseRate,
-		OnError: func(err error) { log.Warn("erasure step failed; retrying", "err", err) },
+		OnError: func(err error) {
+			if !errors.Is(err, edge.ErrStorageUnavailable) {
+				log.Warn("erasure step failed; retrying", "err", err)
+			}
+		},
 	})
 	if err != nil {
 		return fail(err)
@@ -268,6 +293,7 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 		return fail(err)
 	}
 	r.addClusterReadiness()
+	r.AddReadyCheck("storage", r.storageReady)
 	r.API, err = api.New(api.Config{
 		Ready: r.Ready,
 		Admin: newAdmin(r),
@@ -281,6 +307,7 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 		return fail(err)
 	}
 	r.registerPipelineMetrics()
+	r.registerStorageMetrics()
 	if r.cluster != nil {
 		r.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "likes_pins_catching_up",
@@ -291,6 +318,66 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 		log.Info("region engines", "engines", cfg.Engines.String())
 	}
 	return r, nil
+}
+
+// storageReady fails while the store cannot write, so a load balancer sends
+// writes elsewhere; reads still serve.
+func (r *Region) storageReady(context.Context) error {
+	if r.Store != nil {
+		if h := r.Store.Health(); !h.Writable {
+			return fmt.Errorf("%w: %s", edge.ErrStorageUnavailable, h.Reason)
+		}
+	}
+	if r.Cassandra != nil {
+		if ok, reason, _ := r.Cassandra.Health(); !ok {
+			return fmt.Errorf("%w: %s", edge.ErrStorageUnavailable, reason)
+		}
+	}
+	return r.relayFault()
+}
+
+func (r *Region) registerStorageMetrics() {
+	if r.Cassandra != nil {
+		c := r.Cassandra
+		r.Registry.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "likes_storage_writable",
+				Help: "1 while Cassandra takes writes; 0 while its write breaker is open (writes refused at once; /readyz and the log say why).",
+			}, func() float64 {
+				if ok, _, _ := c.Health(); ok {
+					return 1
+				}
+				return 0
+			}),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "likes_storage_faults_total",
+				Help: "Times Cassandra's write breaker opened.",
+			}, func() float64 { _, _, n := c.Health(); return float64(n) }),
+		)
+	}
+	if r.Store == nil {
+		return
+	}
+	st := r.Store
+	r.Registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "likes_storage_writable",
+			Help: "1 while the store accepts writes; 0 while it refuses them (low disk space, a failed write or sync, a background error, a stall; /readyz and the log say why).",
+		}, func() float64 {
+			if st.Health().Writable {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "likes_storage_faults_total",
+			Help: "Times the store went from accepting writes to refusing them.",
+		}, func() float64 { return float64(st.Health().Faults) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "likes_storage_free_bytes",
+			Help: "Free space of the data folder's filesystem at the last check (0 when the watermark is off).",
+		}, func() float64 { return float64(st.Health().FreeBytes) }),
+	)
 }
 
 func (r *Region) registerPipelineMetrics() {

@@ -40,6 +40,7 @@ import (
 	"likes/auth"
 	"likes/epoch"
 	"likes/region"
+	"likes/store/pebblestore"
 	"likes/store/redisstore"
 )
 
@@ -91,8 +92,27 @@ type common struct {
 	ttl        time.Duration
 	skew       time.Duration
 	ranges     int
+	minFree    minFreeFlag
 	engines    engineFlags
 	sec        publicFlags
+}
+
+// minFreeFlag is --min-free-space, parsed by pebblestore.ParseMinFree.
+type minFreeFlag struct {
+	text     string
+	bytes    uint64
+	fraction float64
+}
+
+func (m *minFreeFlag) String() string { return m.text }
+
+func (m *minFreeFlag) Set(v string) error {
+	b, f, err := pebblestore.ParseMinFree(v)
+	if err != nil {
+		return err
+	}
+	m.text, m.bytes, m.fraction = v, b, f
+	return nil
 }
 
 // engineFlags choose the production engines (region.Engines).
@@ -194,7 +214,30 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ttl, "lease-ttl", 5*time.Second, "region lease TTL (whole seconds; failover happens after it expires)")
 	fs.DurationVar(&c.skew, "max-skew", 500*time.Millisecond, "assumed bound on clock skew between regions (a moved pin is writable after TTL + skew)")
 	fs.IntVar(&c.ranges, "ranges", 256, "user ranges (units of write authority; fixed at cluster creation)")
+	_ = c.minFree.Set(defaultMinFree)
+	fs.Var(&c.minFree, "min-free-space", "low-disk watermark of the Pebble store: below it writes get 503 storage_unavailable and /readyz fails, before the disk is full (a share like 3%, a size like 64MiB, or both: the larger applies; 0: off)")
 	c.engines.register(fs)
+}
+
+// defaultMinFree keeps room for the WAL, a memtable flush and compactions.
+const defaultMinFree = "3%,64MiB"
+
+// diskFullEnv names a file whose existence makes the region's store refuse
+// writes as a full disk would (region.Knobs.DiskFull). TESTING ONLY: the chaos
+// suite sets it for the `likesd run` processes it launches (the disk-full
+// nemesis); it is not a flag so that no deployment config can carry it.
+const diskFullEnv = "LIKES_TESTONLY_DISK_FULL_FILE"
+
+func testKnobs(logger *slog.Logger) region.Knobs {
+	path := os.Getenv(diskFullEnv)
+	if path == "" {
+		return region.Knobs{}
+	}
+	logger.Warn("TESTING ONLY: the store refuses writes while this file exists", "env", diskFullEnv, "file", path)
+	return region.Knobs{DiskFull: func() bool {
+		_, err := os.Stat(path)
+		return err == nil
+	}}
 }
 
 func parseRegions(list string) ([]string, error) {
@@ -240,13 +283,26 @@ func serveHTTP(r *region.Region, ln net.Listener, hs httpSettings) *served {
 
 // waitAndStop blocks until ctx ends or a server fails, then shuts everything
 // down: HTTP first (drain in-flight requests), then the regions.
-func waitAndStop(ctx context.Context, logger *slog.Logger, all []*served, after func()) error {
-	cases := make(chan error, len(all))
+// errRestartRequired ends `likesd run` when its store failed inside Pebble and
+// cannot be reopened in-process: a supervisor restarts the process, which
+// reopens the database from what is durable.
+var errRestartRequired = errors.New("likesd: the store failed and needs a process restart")
+
+// waitAndStop serves until ctx ends or a server fails. With exitOnFatal (one
+// region per process, `likesd run`) a store that asks for a restart also ends
+// it; `likesd dev` keeps its other regions serving instead.
+func waitAndStop(ctx context.Context, logger *slog.Logger, all []*served, after func(), exitOnFatal bool) error {
+	cases := make(chan error, len(all)+1)
 	for _, s := range all {
 		go func() {
 			err := <-s.errc
 			cases <- err
 		}()
+	}
+	if exitOnFatal {
+		watchCtx, stop := context.WithCancel(ctx)
+		defer stop()
+		go watchRestart(watchCtx, all, cases)
 	}
 	var serveErr error
 	select {
@@ -276,6 +332,26 @@ func waitAndStop(ctx context.Context, logger *slog.Logger, all []*served, after 
 		logger.Info("stopped cleanly")
 	}
 	return err
+}
+
+func watchRestart(ctx context.Context, all []*served, out chan<- error) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, s := range all {
+			if st := s.r.Store; st != nil {
+				if h := st.Health(); h.RestartRequired {
+					out <- fmt.Errorf("%w: region %s: %s", errRestartRequired, s.r.Name(), h.Reason)
+					return
+				}
+			}
+		}
+	}
 }
 
 func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -378,6 +454,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		rc := region.Config{
 			Name: name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: ver.secret, Auth: ver.auth,
 			MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger, Engines: eng,
+			MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction,
 		}
 		if cluster != nil {
 			rc.Cluster = cluster(i)
@@ -405,7 +482,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "  like:         curl -X POST -H \"Authorization: Bearer $TOKEN\" -H 'Idempotency-Key: k1' %s/v1/items/item1/likes\n", base)
 	fmt.Fprintf(stdout, "  count:        curl %s/v1/items/item1/count   (any region answers)\n", all[len(all)-1].url)
 	fmt.Fprintf(stdout, "  Ctrl-C stops cleanly.\n")
-	return waitAndStop(ctx, logger, all, after)
+	return waitAndStop(ctx, logger, all, after, false)
 }
 
 func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -518,6 +595,7 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	r, err := region.Open(ctx, region.Config{
 		Name: *name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: ver.secret, Auth: ver.auth,
 		MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger, Engines: eng,
+		MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction, Knobs: testKnobs(logger),
 		Cluster: &region.Cluster{
 			Etcd: cli, Epoch: epoch.Config{Ranges: c.ranges, TTL: c.ttl, MaxSkew: c.skew}, Regions: names,
 			GRPCListen: *grpcAddr, HTTPAdvertise: hs.scheme() + "://" + ln.Addr().String(),
@@ -533,7 +611,7 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	s := serveHTTP(r, ln, hs)
 	fmt.Fprintf(stdout, "likes: region %q serving %s (gRPC %s, gossip %s, etcd %s)\n", *name, s.url, *grpcAddr, *gossip, *etcd)
-	return waitAndStop(ctx, logger, []*served{s}, nil)
+	return waitAndStop(ctx, logger, []*served{s}, nil, true)
 }
 
 // runStandalone runs one region without a cluster: it owns every user range.
@@ -548,6 +626,7 @@ func runStandalone(ctx context.Context, c common, name, httpAddr string, eng reg
 	r, err := region.Open(ctx, region.Config{
 		Name: name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: ver.secret, Auth: ver.auth,
 		MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger, Engines: eng, Unsafe: brk,
+		MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction, Knobs: testKnobs(logger),
 	})
 	if err != nil {
 		_ = ln.Close()
@@ -555,7 +634,7 @@ func runStandalone(ctx context.Context, c common, name, httpAddr string, eng reg
 	}
 	s := serveHTTP(r, ln, hs)
 	fmt.Fprintf(stdout, "likes: region %q serving %s standalone (%s)\n", name, s.url, r.Engines().String())
-	return waitAndStop(ctx, logger, []*served{s}, nil)
+	return waitAndStop(ctx, logger, []*served{s}, nil, true)
 }
 
 func runEtcd(ctx context.Context, args []string, stdout, stderr io.Writer) error {

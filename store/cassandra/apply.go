@@ -31,6 +31,10 @@ func (s *Store) Apply(ctx context.Context, req edge.Request) (edge.Decision, err
 	if s.isClosed() {
 		return edge.Decision{}, ErrClosed
 	}
+	probe, err := s.admit()
+	if err != nil {
+		return edge.Decision{}, err
+	}
 	mu := s.edgeLock(req.Item, req.User)
 	mu.Lock()
 	d, comps, err := s.apply(ctx, req)
@@ -40,7 +44,7 @@ func (s *Store) Apply(ctx context.Context, req edge.Request) (edge.Decision, err
 		// replays or refuses, and retries the compensation on the way.
 		err = cerr
 	}
-	return d, err
+	return d, s.observe(probe, err)
 }
 
 func (s *Store) apply(ctx context.Context, req edge.Request) (edge.Decision, []compensation, error) {
@@ -175,7 +179,7 @@ func (s *Store) apply(ctx context.Context, req edge.Request) (edge.Decision, []c
 		return d, comps, nil
 	}
 	if lastErr != nil {
-		return edge.Decision{}, comps, fmt.Errorf("%w: apply (%q, %q): %v", ErrContention, req.Item, req.User, lastErr)
+		return edge.Decision{}, comps, fmt.Errorf("%w: apply (%q, %q): %w", ErrContention, req.Item, req.User, lastErr)
 	}
 	return edge.Decision{}, comps, fmt.Errorf("%w: apply (%q, %q)", ErrContention, req.Item, req.User)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -71,6 +72,13 @@ type Options struct {
 	IdemGrace time.Duration
 	// OnError reports background failures (sweeper). Default: ignored.
 	OnError func(error)
+	// BreakerCooldown is how long writes are refused at once after a write
+	// failed on Cassandra write failures or timeouts, before one probe write
+	// is let through (default 1s; see health.go).
+	BreakerCooldown time.Duration
+	// Logger receives one line per change of write health (default
+	// slog.Default()).
+	Logger *slog.Logger
 }
 
 // Store is one region's Cassandra backend. It implements edge.Store,
@@ -87,6 +95,8 @@ type Store struct {
 	appenders map[uint32]*appender
 
 	hook atomic.Pointer[func(stage string) error] // tests: simulated crashes
+
+	health breaker
 
 	ctx     context.Context // canceled by Close: background work stops
 	cancel  context.CancelFunc
@@ -150,6 +160,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	if opts.OnError == nil {
 		opts.OnError = func(error) {}
+	}
+	if opts.BreakerCooldown <= 0 {
+		opts.BreakerCooldown = time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
 	if err := checkSchema(ctx, opts.Session, opts.Keyspace); err != nil {
 		return nil, err

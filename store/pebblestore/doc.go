@@ -21,6 +21,54 @@
 // writes) and commits remote edges, idempotency records, branch corrections and
 // the sender's cursor together; MergeCells merges peers' cells by crdt.MergeCell.
 //
+// Storage faults (health.go). A store that cannot write refuses writes at once
+// with edge.ErrStorageUnavailable (the API answers 503 storage_unavailable
+// with Retry-After), never by queueing them: submit checks one atomic
+// pointer, no syscall and no lock per write. Reasons, most severe first:
+//
+//   - write-failed: a group commit's WAL write or fsync failed (or Pebble
+//     called Fatalf under one of the store's writes). Every write of that
+//     group fails, and so does every later one. The sync is never retried to
+//     acknowledge them (the fsyncgate lesson, as PostgreSQL and etcd treat it:
+//     after a failed fsync the kernel may have dropped the dirty pages, so a
+//     later "successful" fsync proves nothing). Recovery: once free space is
+//     above the watermark and a probe file can be written and synced, the
+//     store closes the failed database and reopens it from disk, i.e. from
+//     what was durable, reloading log heads and the cell outbox sequence;
+//     writes then resume with no restart. We reopen in-process rather than
+//     exit because `likesd dev` runs several regions in one process and one
+//     region's disk must not take the others down; the result is the same
+//     state a restart would recover. A refused write may still turn out
+//     durable (its bytes reached the disk anyway): the client's retry with
+//     its idempotency key then replays the stored answer, as for any 503.
+//   - restart-required: Pebble called Fatalf in one of its own goroutines
+//     (e.g. a MANIFEST write failing during a flush). Pebble would carry on
+//     as if it had succeeded were Fatalf to return, and a panic there would
+//     kill the whole process, so that goroutine is parked forever: the disk
+//     is left as a crash would leave it, the database cannot be closed, and
+//     the store asks for a process restart (`likesd run` exits for its
+//     supervisor; `likesd dev` keeps its other regions serving).
+//   - background-error: a flush or compaction failed (Pebble retries them);
+//     cleared by the next that succeeds, or by a successful probe once none
+//     has failed for a check interval.
+//   - low-disk-space: free space of the data folder is below the watermark
+//     (Options.MinFreeBytes/MinFreeFraction, `--min-free-space`), read every
+//     SpaceCheckInterval on the store's clock, not per write. Client writes
+//     and replicated log events are refused so the WAL, flushes and
+//     compactions keep room and never meet ENOSPC; aggregator windows (bounded
+//     by the log already written) and peers' cell merges (overwrites of a
+//     bounded key set) still commit, so counts catch up. Writes resume above
+//     the watermark plus an eighth (no flapping).
+//   - write-stall: Pebble stalls writes (memtables or L0 over their limits).
+//
+// Reads keep serving from the open database in every state except during
+// the few milliseconds of a reopen (they then fail with the same sentinel).
+// One log line per change of state, not per request; Health() reports the
+// state for readiness and metrics. All writes to Pebble are serialized
+// (commitMu) so that after a failed one no other enters Pebble's broken
+// commit pipeline, which panics inside its own lock and would leave the
+// database impossible to close.
+//
 // Key layout (ids never contain control characters, so 0x00 separates them):
 //
 //	e item 00 bucket user   edge          b item 00 user         branches

@@ -8,7 +8,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -42,6 +46,24 @@ type Options struct {
 	MaxBatch int
 	// CacheBytes is Pebble's block cache size (default 64 MiB).
 	CacheBytes int64
+	// MinFreeBytes and MinFreeFraction (of the filesystem's size) set the
+	// low-disk watermark: while free space is below the larger of the two,
+	// writes are refused with edge.ErrStorageUnavailable, so the WAL, flushes
+	// and compactions keep room and never meet ENOSPC. Both zero: no check.
+	MinFreeBytes    uint64
+	MinFreeFraction float64
+	// SpaceCheckInterval is how often free space is read and a failed store
+	// probes whether it can write again (default 500ms, on Clock).
+	SpaceCheckInterval time.Duration
+	// CloseTimeout bounds closing a failed database before reopening it
+	// (default 10s); past it the store asks for a process restart.
+	CloseTimeout time.Duration
+	// FreeSpace overrides how free space is read (tests, the chaos suite's
+	// disk-full knob). Default: the filesystem's disk usage of Dir.
+	FreeSpace func() (free, total uint64, err error)
+	// Logger receives Pebble's errors and one line per change of the store's
+	// ability to write (default: slog.Default()).
+	Logger *slog.Logger
 }
 
 type meta struct {
@@ -63,7 +85,9 @@ type op struct {
 // Store is one region's embedded database.
 type Store struct {
 	opts Options
-	db   *pebble.DB
+	db   *dbRef
+	fs   vfs.FS
+	log  *slog.Logger
 
 	ops      chan *op
 	closing  chan struct{}
@@ -80,6 +104,14 @@ type Store struct {
 
 	cellMu  sync.Mutex // serializes fenced cell commits and cell merges
 	cellSeq uint64     // last cell outbox sequence (guarded by cellMu)
+
+	commitMu       sync.Mutex            // serializes writes to Pebble (see guardWrite)
+	refuse         atomic.Pointer[error] // why writes are refused now; nil: writable
+	hmu            sync.Mutex            // guards faults
+	faults         faults
+	tickMu         sync.Mutex // one monitor round at a time
+	monitorDone    chan struct{}
+	spaceErrLogged bool // guarded by tickMu
 }
 
 var (
@@ -113,23 +145,38 @@ func Open(opts Options) (*Store, error) {
 	if opts.CacheBytes <= 0 {
 		opts.CacheBytes = 64 << 20
 	}
-	po := &pebble.Options{FS: opts.FS, Logger: quietLogger{}}
-	cache := pebble.NewCache(opts.CacheBytes)
-	defer cache.Unref()
-	po.Cache = cache
-	db, err := pebble.Open(opts.Dir, po)
-	if err != nil {
-		return nil, fmt.Errorf("pebblestore: open %s: %w", opts.Dir, err)
+	if opts.MinFreeFraction < 0 || opts.MinFreeFraction >= 1 {
+		return nil, fmt.Errorf("pebblestore: MinFreeFraction must be in [0, 1), got %v", opts.MinFreeFraction)
+	}
+	if opts.SpaceCheckInterval <= 0 {
+		opts.SpaceCheckInterval = 500 * time.Millisecond
+	}
+	if opts.CloseTimeout <= 0 {
+		opts.CloseTimeout = 10 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
 	s := &Store{
-		opts:     opts,
-		db:       db,
-		ops:      make(chan *op, opts.MaxBatch),
-		closing:  make(chan struct{}),
-		loopDone: make(chan struct{}),
-		heads:    make([]uint64, opts.Partitions),
+		opts:        opts,
+		fs:          opts.FS,
+		log:         opts.Logger.With("store", "pebble", "dir", opts.Dir),
+		ops:         make(chan *op, opts.MaxBatch),
+		closing:     make(chan struct{}),
+		loopDone:    make(chan struct{}),
+		monitorDone: make(chan struct{}),
+		heads:       make([]uint64, opts.Partitions),
 	}
-	if err := s.checkMeta(); err != nil {
+	if s.fs == nil {
+		s.fs = vfs.Default
+	}
+	s.db = &dbRef{s: s}
+	db, err := s.openDB()
+	if err != nil {
+		return nil, err
+	}
+	s.db.attach(db)
+	if err := s.checkMeta(db); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
@@ -141,16 +188,18 @@ func Open(opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
+	s.checkSpace()
 	go s.loop()
+	go s.monitor()
 	return s, nil
 }
 
-func (s *Store) checkMeta() error {
+func (s *Store) checkMeta(db *pebble.DB) error {
 	want := meta{Region: s.opts.Region, Partitions: s.opts.Partitions}
-	v, closer, err := s.db.Get(metaKey)
+	v, closer, err := db.Get(metaKey)
 	if errors.Is(err, pebble.ErrNotFound) {
 		b, _ := json.Marshal(want)
-		return s.db.Set(metaKey, b, pebble.Sync)
+		return s.guarded("meta", func() error { return db.Set(metaKey, b, pebble.Sync) })
 	}
 	if err != nil {
 		return err
@@ -167,12 +216,17 @@ func (s *Store) checkMeta() error {
 	return nil
 }
 
+// loadHeads reads the log heads and the stamping floor from the database (at
+// Open, and after a reopen, where the durable heads replace the ones in memory
+// and the floor never goes back).
 func (s *Store) loadHeads() error {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{'l'}, UpperBound: []byte{'m'}})
 	if err != nil {
 		return err
 	}
 	defer it.Close()
+	heads := make([]uint64, s.opts.Partitions)
+	var lastTime, issued int64
 	for p := 0; p < s.opts.Partitions; p++ {
 		if !it.SeekLT(logKey(uint32(p)+1, 0)) {
 			continue
@@ -182,12 +236,12 @@ func (s *Store) loadHeads() error {
 			continue
 		}
 		pos := binary.BigEndian.Uint64(k[5:])
-		s.heads[p] = pos
+		heads[p] = pos
 		ev, err := decodeEvent(uint32(p), pos, it.Value())
 		if err != nil {
 			return wrapCorrupt("log event", k, err)
 		}
-		s.lastTime = max(s.lastTime, ev.EventTime)
+		lastTime = max(lastTime, ev.EventTime)
 	}
 	// A committed watermark is a CompleteThrough this store handed out before
 	// the restart: events written from now on must be stamped after it, even if
@@ -198,8 +252,14 @@ func (s *Store) loadHeads() error {
 		if err != nil {
 			return err
 		}
-		s.issued = max(s.issued, wm)
+		issued = max(issued, wm)
 	}
+	s.mu.Lock()
+	copy(s.heads, heads)
+	s.lastTime = max(s.lastTime, lastTime)
+	s.issued = max(s.issued, issued)
+	s.inflight = false // a failed group is now in the log, or never will be
+	s.mu.Unlock()
 	return nil
 }
 
@@ -209,21 +269,37 @@ func (s *Store) Partitions() int { return s.opts.Partitions }
 // Region is the region this store belongs to.
 func (s *Store) Region() string { return s.opts.Region }
 
-// DB exposes the Pebble database to tests and tools in this module.
-func (s *Store) DB() *pebble.DB { return s.db }
+// DB exposes the Pebble database to tests and tools in this module (nil while
+// it is being reopened after a write error).
+func (s *Store) DB() *pebble.DB { return s.db.raw() }
 
 // Close stops the writer, failing queued requests with ErrClosed, and closes
-// the database. Idempotent.
+// the database. Idempotent. A database wedged by a fatal error inside Pebble
+// (Health.RestartRequired) is left unclosed: closing it could hang, and the
+// process is about to restart.
 func (s *Store) Close() error {
 	s.once.Do(func() {
 		close(s.closing)
 		<-s.loopDone
-		s.closeErr = s.db.Close()
+		<-s.monitorDone
+		if s.Health().RestartRequired {
+			s.closeErr = fmt.Errorf("%w: closed without closing the failed database", ErrFatal)
+			return
+		}
+		if g := s.db.detach(); g != nil {
+			g.refs.Wait()
+			s.closeErr = g.db.Close()
+		}
 	})
 	return s.closeErr
 }
 
+// submit hands a write to the writer loop, or refuses it at once while the
+// store cannot write: it never queues behind a full disk or a failed WAL.
 func (s *Store) submit(ctx context.Context, o *op) (edge.Decision, error) {
+	if err := s.refusal(); err != nil {
+		return edge.Decision{}, err
+	}
 	o.done = make(chan result, 1)
 	select {
 	case s.ops <- o:
@@ -277,8 +353,22 @@ func (s *Store) loop() {
 	}
 }
 
-// commit applies a group of requests in one indexed batch and one fsync.
+// commit applies a group of requests in one indexed batch and one fsync. A
+// group whose commit fails (the WAL write or its sync) is failed as a whole and
+// never retried: the store goes to its failed state and reopens from disk.
 func (s *Store) commit(ops []*op) {
+	b, err := s.db.newBatch(true)
+	if err == nil {
+		err = s.refusal()
+	}
+	if err != nil {
+		_ = b.Close()
+		for _, o := range ops {
+			o.done <- result{err: err}
+		}
+		return
+	}
+	defer b.Close()
 	s.mu.Lock()
 	now := max(s.opts.Clock.Now().UnixMilli(), s.lastTime, s.issued+1)
 	s.lastTime = now
@@ -286,23 +376,25 @@ func (s *Store) commit(ops []*op) {
 	next := append([]uint64(nil), s.heads...)
 	s.mu.Unlock()
 
-	b := s.db.NewIndexedBatch()
-	defer b.Close()
 	res := make([]result, len(ops))
 	for i, o := range ops {
-		bw := &batchWriter{s: s, b: b, now: now, next: next}
+		bw := &batchWriter{s: s, b: b.Batch, now: now, next: next}
 		if o.fn != nil {
-			res[i].err = o.fn(b, bw)
+			res[i].err = o.fn(b.Batch, bw)
 			continue
 		}
-		res[i].d, res[i].err = s.applyOne(b, o.req, bw)
+		res[i].d, res[i].err = s.applyOne(b.Batch, o.req, bw)
 	}
-	err := b.Commit(pebble.Sync)
+	err = b.Commit(pebble.Sync)
 	s.mu.Lock()
 	if err == nil {
 		copy(s.heads, next)
 	}
-	s.inflight = false
+	// A group whose commit failed fatally may still turn out durable (its
+	// bytes reached the disk anyway): keep its time as the bound of
+	// CompleteThrough until the reopen reloads the log, or a watermark handed
+	// out meanwhile could claim its events before they are counted.
+	s.inflight = err != nil && errors.Is(err, ErrFatal)
 	s.mu.Unlock()
 	for i, o := range ops {
 		if err != nil {
@@ -312,7 +404,12 @@ func (s *Store) commit(ops []*op) {
 	}
 }
 
-func getInto[T any](r pebble.Reader, key []byte, decode func([]byte) (T, error)) (T, bool, error) {
+// getter is what point reads need: the database handle or a batch.
+type getter interface {
+	Get(key []byte) ([]byte, io.Closer, error)
+}
+
+func getInto[T any](r getter, key []byte, decode func([]byte) (T, error)) (T, bool, error) {
 	var zero T
 	v, closer, err := r.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -329,7 +426,7 @@ func getInto[T any](r pebble.Reader, key []byte, decode func([]byte) (T, error))
 	return t, true, nil
 }
 
-func exists(r pebble.Reader, key []byte) (bool, error) {
+func exists(r getter, key []byte) (bool, error) {
 	_, closer, err := r.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return false, nil
@@ -637,6 +734,9 @@ func (s *Store) Applied(_ context.Context, _ uint32, keys []pipeline.EdgeKey) (m
 
 // Commit implements pipeline.CellStore: one atomic batch, fenced per cell.
 func (s *Store) Commit(_ context.Context, w pipeline.Window) error {
+	if err := s.fatalErr(); err != nil {
+		return err
+	}
 	s.cellMu.Lock()
 	defer s.cellMu.Unlock()
 	b := s.db.NewBatch()
@@ -717,12 +817,4 @@ func (s *Store) Watermarks(ctx context.Context) (crdt.Watermarks, error) {
 		wms[string(it.Key()[1:])] = v
 	}
 	return wms, it.Error()
-}
-
-type quietLogger struct{}
-
-func (quietLogger) Infof(string, ...any)  {}
-func (quietLogger) Errorf(string, ...any) {}
-func (quietLogger) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf(format, args...))
 }

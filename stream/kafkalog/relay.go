@@ -46,6 +46,13 @@ type relayPart struct {
 	heartbeats atomic.Uint64
 	errors     atomic.Uint64
 	resumes    atomic.Uint64
+	// failingSince is when produces to this partition started failing
+	// (Unix ns; 0 while they succeed); producingSince is when the produce in
+	// flight began (0: none). A broker that answers retriable errors (a full
+	// disk: KAFKA_STORAGE_ERROR) keeps an idempotent produce in flight rather
+	// than failing it, so a produce that does not finish counts too.
+	failingSince   atomic.Int64
+	producingSince atomic.Int64
 }
 
 // RelayStats is one partition's relay progress.
@@ -281,11 +288,38 @@ func (r *Relay) step(ctx context.Context, rp *relayPart) (reached bool, err erro
 // position is reloaded from Kafka before the next step, since some of recs may
 // have been written.
 func (r *Relay) produce(ctx context.Context, rp *relayPart, recs []*kgo.Record) error {
-	if err := r.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+	rp.producingSince.Store(time.Now().UnixNano())
+	err := r.cl.ProduceSync(ctx, recs...).FirstErr()
+	rp.producingSince.Store(0)
+	if err != nil {
 		rp.resumed = false
+		if ctx.Err() == nil {
+			rp.failingSince.CompareAndSwap(0, time.Now().UnixNano())
+		}
 		return fmt.Errorf("kafkalog: produce to %s/%d: %w", r.cfg.Topic, rp.p, err)
 	}
+	rp.failingSince.Store(0)
 	return nil
+}
+
+// StuckSince is when the oldest run of failed produces still going on, or
+// the oldest produce still in flight, began (the broker refuses or does not
+// ack writes); false while no partition has a produce failing or in flight.
+// Callers judge the age (a healthy produce is in flight for milliseconds). A
+// few atomic loads: cheap enough for every write.
+func (r *Relay) StuckSince() (time.Time, bool) {
+	var oldest int64
+	for _, rp := range r.parts {
+		for _, t := range []int64{rp.failingSince.Load(), rp.producingSince.Load()} {
+			if t != 0 && (oldest == 0 || t < oldest) {
+				oldest = t
+			}
+		}
+	}
+	if oldest == 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, oldest), true
 }
 
 // resume loads the partition's source position from the last record in Kafka

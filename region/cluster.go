@@ -363,15 +363,26 @@ func (n noLeaseAuthority) Authorize(ctx context.Context, user string) (uint64, e
 // userHome says whether this region owns user's range, else the owner's HTTP
 // base URL (from gossip).
 // epochSlack is how far past this region's view of a range's pin a replicated
-// edge version may be. A region cut off from etcd keeps receiving its peers'
-// writes under the pins it has not seen (its counts must keep converging), so
-// the bound cannot be the view itself; no partition sees 65 536 moves of one
-// range, while a planted epoch near 2^63 (which would outrank every real
-// write of the user forever) is refused.
+// edge version may be while this region cannot prove its pin table current.
+// A region cut off from etcd keeps receiving its peers' writes under pins it
+// has not seen (its counts must keep converging), so the bound cannot be the
+// view then; no partition sees 65 536 moves of one range, while a planted
+// epoch near 2^63 (which would outrank every real write of the user forever)
+// is refused.
 const epochSlack = 1 << 16
 
+// maxEpoch bounds a replicated edge version of user. With a fresh proof of
+// its pin table (LeaseProof) this region has read the table after every pin
+// whose epoch may already be written: a new owner writes only after
+// notBefore = commit + TTL + max skew, and a fresh proof is younger than
+// TTL − margin. So the bound is the view itself; a version past it is
+// refused retryably (the shipper sends it again once the table has caught
+// up, should a read have raced the move).
 func (p *clusterParts) maxEpoch(user string) uint64 {
 	_, e := p.authority.Owner(user)
+	if p.authority.LeaseProof() == nil {
+		return e
+	}
 	return e + epochSlack
 }
 

@@ -60,6 +60,10 @@ type Cluster struct {
 	// traffic; a node without it cannot join. Gossip only finds addresses:
 	// whom to trust is decided by TLS.
 	GossipKey []byte
+	// GossipOldKeys are also accepted from other nodes (a key rotation in
+	// progress: every region first accepts the new key, then sends with it,
+	// then drops the old one).
+	GossipOldKeys [][]byte
 }
 
 // overridePeers is a replication.PeerSource that rewrites peers' addresses.
@@ -133,8 +137,13 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 	if c.TLS != nil && c.TLS.Region != name {
 		return nil, fmt.Errorf("region %s: its certificate names region %q", name, c.TLS.Region)
 	}
-	if n := len(c.GossipKey); n != 0 && n != 16 && n != 24 && n != 32 {
-		return nil, fmt.Errorf("region %s: the gossip key is %d bytes; it must be 16, 24 or 32", name, n)
+	for _, k := range append([][]byte{c.GossipKey}, c.GossipOldKeys...) {
+		if n := len(k); n != 0 && n != 16 && n != 24 && n != 32 {
+			return nil, fmt.Errorf("region %s: a gossip key is %d bytes; it must be 16, 24 or 32", name, n)
+		}
+	}
+	if len(c.GossipOldKeys) > 0 && len(c.GossipKey) == 0 {
+		return nil, fmt.Errorf("region %s: old gossip keys without a gossip key", name)
 	}
 	p := &clusterParts{grpcDone: make(chan struct{}), regions: c.Regions}
 	if st != nil {
@@ -197,7 +206,7 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 
 	p.member, err = replication.NewMembership(replication.MembershipConfig{
 		Region: name, GRPCAddr: grpcAddr, HTTPAddr: c.HTTPAdvertise, BindAddr: c.GossipBind, BindPort: c.GossipPort,
-		SecretKey: c.GossipKey,
+		SecretKey: c.GossipKey, OldKeys: c.GossipOldKeys,
 	})
 	if err != nil {
 		return fail(err)

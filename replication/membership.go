@@ -33,6 +33,9 @@ type MembershipConfig struct {
 	BindPort int
 	// SecretKey, if set (16, 24 or 32 bytes), encrypts gossip.
 	SecretKey []byte
+	// OldKeys are also accepted from other nodes (a key rotation); they need
+	// SecretKey, which stays the one this node sends with.
+	OldKeys [][]byte
 	// LeaveTimeout bounds the leave broadcast on Close (default 1s).
 	LeaveTimeout time.Duration
 	// Logger receives memberlist's internal log (default: discarded).
@@ -108,6 +111,16 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 	mc.BindPort = cfg.BindPort
 	mc.AdvertisePort = cfg.BindPort
 	mc.SecretKey = cfg.SecretKey
+	if len(cfg.OldKeys) > 0 {
+		if len(cfg.SecretKey) == 0 {
+			return nil, errors.New("replication: MembershipConfig.OldKeys need a SecretKey")
+		}
+		kr, err := memberlist.NewKeyring(cfg.OldKeys, cfg.OldKeys[0])
+		if err != nil {
+			return nil, fmt.Errorf("replication: gossip keys: %w", err)
+		}
+		mc.Keyring = kr // Create adds SecretKey and makes it the primary
+	}
 	if cfg.Logger != nil {
 		mc.Logger = cfg.Logger
 	} else {

@@ -108,3 +108,32 @@ func TestMembershipConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// A gossip key rotation: a node that sends with the new key and still accepts
+// the old one talks with a node at the previous step (old key first, new key
+// accepted); a node with only the new key and one with only the old key do not.
+func TestGossipKeyRotation(t *testing.T) {
+	k1, k2 := []byte("0123456789abcdef"), []byte("fedcba9876543210")
+	member := func(region string, key []byte, old ...[]byte) *Membership {
+		m, err := NewMembership(MembershipConfig{Region: region, GRPCAddr: "127.0.0.1:1", BindAddr: "127.0.0.1", SecretKey: key, OldKeys: old})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Close() })
+		return m
+	}
+	step1, step2 := member("us", k1, k2), member("eu", k2, k1)
+	if n, err := step2.Join([]string{step1.Addr()}); err != nil || n != 1 {
+		t.Fatalf("join across a rotation: n=%d err=%v", n, err)
+	}
+	eventually(t, "both see each other", 20*time.Second, nil, func() bool {
+		return regionsOf(step1.Peers()) == "eu," && regionsOf(step2.Peers()) == "us,"
+	})
+	onlyNew, onlyOld := member("ap", k2), member("sa", k1)
+	if n, err := onlyOld.Join([]string{onlyNew.Addr()}); err == nil && n > 0 {
+		t.Fatalf("a node with only the old key joined one with only the new key")
+	}
+	if _, err := NewMembership(MembershipConfig{Region: "x", GRPCAddr: "127.0.0.1:1", OldKeys: [][]byte{k1}}); err == nil {
+		t.Fatal("old keys without a key were accepted")
+	}
+}

@@ -431,7 +431,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				GRPCListen:    net.JoinHostPort(c.host, fmt.Sprint(*grpcPort+i)),
 				HTTPAdvertise: hs.scheme() + "://" + net.JoinHostPort(c.host, fmt.Sprint(*port+i)),
 				GossipBind:    c.host, GossipPort: *gossipPort + i, Seeds: seeds,
-				TLS: ids[names[i]], GossipKey: gossipKey,
+				TLS: ids[names[i]], GossipKey: gossipKey[0], GossipOldKeys: gossipKey[1:],
 			}
 		}
 	}
@@ -601,7 +601,7 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			GRPCListen: *grpcAddr, HTTPAdvertise: hs.scheme() + "://" + ln.Addr().String(),
 			GossipBind: gHost, GossipPort: gPort, Seeds: seedList,
 			PeerAddrs: overrides, AntiEntropy: *antiEntropy,
-			TLS: peerID, GossipKey: gossipKey,
+			TLS: peerID, GossipKey: first(gossipKey), GossipOldKeys: rest(gossipKey),
 		},
 		Unsafe: brk,
 	})

@@ -26,13 +26,13 @@ func (p *peerSecurity) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.cert, "tls-cert", "", "this region's certificate (PEM; likectl certs issue) for mutual TLS with the other regions")
 	fs.StringVar(&p.key, "tls-key", "", "the certificate's private key (PEM, mode 0600)")
 	fs.StringVar(&p.ca, "tls-ca", "", "the CA every region's certificate chains to (PEM)")
-	fs.StringVar(&p.gossipKeyFile, "gossip-key-file", "", "file with the memberlist key (base64 of 16, 24 or 32 bytes; likectl certs init writes one)")
+	fs.StringVar(&p.gossipKeyFile, "gossip-key-file", "", "file with the memberlist key (base64 of 16, 24 or 32 bytes; likectl certs init writes one); further lines are old keys still accepted during a rotation")
 	fs.BoolVar(&p.insecure, "insecure-plaintext-peers", false, "INSECURE: talk to other regions in plaintext, unauthenticated (a trusted private network only)")
 }
 
-// load returns the region's identity and gossip key, or nil, nil for the
-// explicit plaintext choice (after a loud warning).
-func (p *peerSecurity) load(region string, logger *slog.Logger) (*peertls.Identity, []byte, error) {
+// load returns the region's identity and gossip keys (the first sends), or
+// nil, nil for the explicit plaintext choice (after a loud warning).
+func (p *peerSecurity) load(region string, logger *slog.Logger) (*peertls.Identity, [][]byte, error) {
 	any := p.cert != "" || p.key != "" || p.ca != "" || p.gossipKeyFile != ""
 	if p.insecure {
 		if any {
@@ -58,9 +58,10 @@ func (p *peerSecurity) load(region string, logger *slog.Logger) (*peertls.Identi
 	return id, key, nil
 }
 
-// readGossipKey reads a base64 memberlist key of 16, 24 or 32 bytes from a
-// file that others cannot read.
-func readGossipKey(path string) ([]byte, error) {
+// readGossipKey reads base64 memberlist keys of 16, 24 or 32 bytes, one a
+// line, from a file that others cannot read: the first is the key this
+// region sends with, the others are accepted too (a rotation in progress).
+func readGossipKey(path string) ([][]byte, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, err
@@ -72,20 +73,30 @@ func readGossipKey(path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b)))
-	if err != nil {
-		return nil, fmt.Errorf("gossip key %s is not base64: %v", path, err)
+	var keys [][]byte
+	for i, line := range strings.Split(string(b), "\n") {
+		if line = strings.TrimSpace(line); line == "" {
+			continue
+		}
+		key, err := base64.StdEncoding.DecodeString(line)
+		if err != nil {
+			return nil, fmt.Errorf("gossip key %s line %d is not base64: %v", path, i+1, err)
+		}
+		if n := len(key); n != 16 && n != 24 && n != 32 {
+			return nil, fmt.Errorf("gossip key %s line %d is %d bytes; it must be 16, 24 or 32", path, i+1, n)
+		}
+		keys = append(keys, key)
 	}
-	if n := len(key); n != 16 && n != 24 && n != 32 {
-		return nil, fmt.Errorf("gossip key %s is %d bytes; it must be 16, 24 or 32", path, n)
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("gossip key %s holds no key", path)
 	}
-	return key, nil
+	return keys, nil
 }
 
 // devPeerSecurity makes (on first start) and loads the development CA, one
 // certificate per region and a gossip key under data/certs, so likesd dev's
 // regions talk over mutual TLS and keyed gossip like a deployment.
-func devPeerSecurity(data string, regions []string) (map[string]*peertls.Identity, []byte, error) {
+func devPeerSecurity(data string, regions []string) (map[string]*peertls.Identity, [][]byte, error) {
 	dir := filepath.Join(data, "certs")
 	ids, err := peertls.EnsureDev(dir, regions)
 	if err != nil {
@@ -108,4 +119,18 @@ func writeGossipKey(path string) error {
 		return err
 	}
 	return peertls.WriteNew(path, []byte(base64.StdEncoding.EncodeToString(k)+"\n"), 0o600)
+}
+
+func first(keys [][]byte) []byte {
+	if len(keys) == 0 {
+		return nil
+	}
+	return keys[0]
+}
+
+func rest(keys [][]byte) [][]byte {
+	if len(keys) < 2 {
+		return nil
+	}
+	return keys[1:]
 }

@@ -643,16 +643,27 @@ func runEtcd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	host := fs.String("host", "127.0.0.1", "address to listen on")
 	port := fs.Int("client-port", 2379, "client port (peer port is client-port+1)")
 	data := fs.String("data", "./likes-data/etcd", "data folder")
+	cert := fs.String("tls-cert", "", "serve clients over TLS with this certificate (PEM)")
+	key := fs.String("tls-key", "", "the certificate's key (PEM)")
+	ca := fs.String("tls-ca", "", "require client certificates signed by this CA (PEM; with --tls-cert)")
+	insecure := fs.Bool("insecure-plaintext", false, "INSECURE: serve plaintext beyond loopback")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if err := checkPort("client-port", *port); err != nil {
 		return err
 	}
+	if (*cert == "") != (*key == "") || (*ca != "" && *cert == "") {
+		return errors.New("etcd: --tls-cert and --tls-key go together, and --tls-ca needs them")
+	}
+	if *cert == "" && !isLoopback(*host) && !*insecure {
+		return fmt.Errorf("etcd: --host %s is beyond loopback: give --tls-cert/--tls-key (and --tls-ca for client certificates), or --insecure-plaintext on a trusted network", *host)
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	e, err := epoch.StartEmbedded(epoch.EmbeddedConfig{
 		Dir: *data, ClientAddr: net.JoinHostPort(*host, fmt.Sprint(*port)), PeerAddr: net.JoinHostPort(*host, fmt.Sprint(*port+1)),
+		ClientTLS: epoch.EmbeddedTLS{CertFile: *cert, KeyFile: *key, TrustedCAFile: *ca, ClientCertAuth: *ca != ""},
 	})
 	if err != nil {
 		return err

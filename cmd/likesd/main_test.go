@@ -32,6 +32,9 @@ func TestRunRefusesBadEngineCombinations(t *testing.T) {
 		{[]string{"run", "--region", "us", "--store", "mysql"}, `unknown Store "mysql"`},
 		{[]string{"dev", "--regions", "us,eu", "--store", "cassandra", "--cassandra", "127.0.0.1"}, "run one region only"},
 		{[]string{"dev", "--regions", "us", "--cache", "redis"}, "--cache redis needs --redis"},
+		{[]string{"etcd", "--host", "0.0.0.0"}, "beyond loopback"},
+		{[]string{"etcd", "--tls-cert", "c.pem"}, "go together"},
+		{[]string{"etcd", "--tls-ca", "ca.pem"}, "go together"},
 	} {
 		var out, errb bytes.Buffer
 		err := run(context.Background(), tc.args, &out, &errb)

@@ -2,6 +2,7 @@ package region
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/gocql/gocql"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"likes/api"
 	"likes/clock"
@@ -94,6 +96,8 @@ type CassandraEngine struct {
 	LocalDC string
 	// Username and Password authenticate when Username is set.
 	Username, Password string
+	// TLS, when set, encrypts every connection (the server's name verified).
+	TLS *tls.Config
 	// Timeout bounds one request (default 10s).
 	Timeout time.Duration
 }
@@ -108,6 +112,8 @@ type KafkaEngine struct {
 	// ReplicationFactor of topics the region creates (default 1; 3 in
 	// production, with min.insync.replicas=2).
 	ReplicationFactor int16
+	// TLS, when set, encrypts every broker connection.
+	TLS *tls.Config
 	// PollInterval is how often the relay looks at a log partition nobody
 	// wrote to (default 100ms: the region wakes a partition's relay as soon as
 	// a write appends to it, so polling only carries idle watermarks and
@@ -270,6 +276,7 @@ func (r *Region) openStore(ctx context.Context) error {
 		serial, _ := parseSerial(c.Serial)
 		sess, err := cassandra.Connect(cassandra.SessionConfig{
 			Hosts: c.Hosts, Timeout: c.Timeout, LocalDC: c.LocalDC, Username: c.Username, Password: c.Password,
+			TLS: c.TLS,
 		})
 		if err != nil {
 			return err
@@ -388,6 +395,7 @@ func (r *Region) kafkaConfig() kafkalog.Config {
 		Brokers: k.Brokers, Topic: k.Topic, Partitions: r.Backend.Partitions(), ReplicationFactor: k.ReplicationFactor,
 		ClientID:     "likes-" + r.cfg.Name,
 		PollInterval: k.PollInterval, HeartbeatInterval: k.HeartbeatInterval,
+		Opts:    kafkaTLS(k.TLS),
 		OnError: func(p uint32, err error) { r.log.Warn("kafka relay failed; retrying", "partition", p, "err", err) },
 		OnPoison: func(p uint32, off int64, err error) {
 			r.log.Error("kafka log: undecodable record parked in the dead-letter topic", "partition", p, "offset", off, "err", err)
@@ -557,4 +565,12 @@ func (r *Region) ownWatermark(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	return wm[r.cfg.Name], nil
+}
+
+// kafkaTLS is the franz-go option that dials brokers over TLS, if any.
+func kafkaTLS(c *tls.Config) []kgo.Opt {
+	if c == nil {
+		return nil
+	}
+	return []kgo.Opt{kgo.DialTLSConfig(c.Clone())}
 }

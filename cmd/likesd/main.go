@@ -122,6 +122,7 @@ type engineFlags struct {
 	kafkaRF                                             int
 	cache, redis, redisPrefix                           string
 	redisDB                                             int
+	cassTLS, kafkaTLS, redisTLS                         tlsFiles
 }
 
 func (e *engineFlags) register(fs *flag.FlagSet) {
@@ -139,6 +140,9 @@ func (e *engineFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&e.redis, "redis", "", "Redis host:port (--cache redis); $LIKES_REDIS_PASSWORD authenticates")
 	fs.StringVar(&e.redisPrefix, "redis-prefix", "", "prefix of every Redis key (default likes:<region>:)")
 	fs.IntVar(&e.redisDB, "redis-db", 0, "Redis database number")
+	e.cassTLS.register(fs, "cassandra", "Cassandra")
+	e.kafkaTLS.register(fs, "kafka", "the Kafka brokers")
+	e.redisTLS.register(fs, "redis", "Redis")
 }
 
 // build turns the flags into a region.Engines; flags of an engine that is not
@@ -175,6 +179,10 @@ func (e *engineFlags) build(name string) (region.Engines, error) {
 	if e.kafkaRF < 1 || e.kafkaRF > 32767 {
 		errs = append(errs, fmt.Errorf("--kafka-replication %d out of range", e.kafkaRF))
 	}
+	cassTLS, kafkaTLS, redisTLS, err := e.engineTLS(e.store == region.StoreCassandra, e.log == region.LogKafka, e.cache == region.CacheRedis)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return region.Engines{}, err
 	}
@@ -183,13 +191,14 @@ func (e *engineFlags) build(name string) (region.Engines, error) {
 		eng.Cassandra = region.CassandraEngine{
 			Hosts: split(e.cassandra), Keyspace: e.keyspace, Consistency: e.consistency, Serial: e.serial, LocalDC: e.dc,
 			Username: os.Getenv("LIKES_CASSANDRA_USER"), Password: os.Getenv("LIKES_CASSANDRA_PASSWORD"),
+			TLS: cassTLS,
 		}
 	}
 	if e.log == region.LogKafka {
-		eng.Kafka = region.KafkaEngine{Brokers: split(e.kafka), Topic: e.topic, ReplicationFactor: int16(e.kafkaRF)}
+		eng.Kafka = region.KafkaEngine{Brokers: split(e.kafka), Topic: e.topic, ReplicationFactor: int16(e.kafkaRF), TLS: kafkaTLS}
 	}
 	if e.cache == region.CacheRedis {
-		eng.Redis = redisstore.Config{Addr: e.redis, Prefix: e.redisPrefix, DB: e.redisDB, Password: os.Getenv("LIKES_REDIS_PASSWORD")}
+		eng.Redis = redisstore.Config{Addr: e.redis, Prefix: e.redisPrefix, DB: e.redisDB, Password: os.Getenv("LIKES_REDIS_PASSWORD"), TLS: redisTLS}
 	}
 	check := eng // Validate fills defaults in: keep the flags' values as given
 	if err := check.Validate(name, false); err != nil {

@@ -33,6 +33,10 @@ func TestRunRefusesBadEngineCombinations(t *testing.T) {
 		{[]string{"dev", "--regions", "us,eu", "--store", "cassandra", "--cassandra", "127.0.0.1"}, "run one region only"},
 		{[]string{"dev", "--regions", "us", "--cache", "redis"}, "--cache redis needs --redis"},
 		{[]string{"etcd", "--host", "0.0.0.0"}, "beyond loopback"},
+		{[]string{"run", "--region", "us", "--redis-tls-ca", "ca.pem"}, "--redis-tls-* need the redis engine"},
+		{[]string{"run", "--region", "us", "--store", "cassandra", "--cassandra", "h", "--cassandra-tls-cert", "c.pem"}, "--cassandra-tls-ca is required"},
+		{[]string{"run", "--region", "us", "--log", "kafka", "--kafka", "h:1", "--kafka-tls-ca", "/nonexistent.pem"}, "--kafka-tls-ca"},
+		{[]string{"run", "--region", "us", "--cache", "redis", "--redis", "h:1", "--redis-tls-ca", "ca.pem", "--redis-tls-key", "k.pem"}, "go together"},
 		{[]string{"etcd", "--tls-cert", "c.pem"}, "go together"},
 		{[]string{"etcd", "--tls-ca", "ca.pem"}, "go together"},
 	} {

@@ -1,6 +1,7 @@
 package cassandra
 
 import (
+	"crypto/tls"
 	"fmt"
 	"strings"
 	"time"
@@ -21,6 +22,9 @@ type SessionConfig struct {
 	LocalDC string
 	// Username and Password, when set, authenticate with PasswordAuthenticator.
 	Username, Password string
+	// TLS, when set, encrypts every connection; the node's certificate is
+	// verified against the host it was reached at.
+	TLS *tls.Config
 }
 
 // ParseHosts splits a comma-separated host list, dropping empty entries.
@@ -63,6 +67,9 @@ func Connect(cfg SessionConfig) (*gocql.Session, error) {
 	}
 	if cfg.Username != "" {
 		c.Authenticator = gocql.PasswordAuthenticator{Username: cfg.Username, Password: cfg.Password}
+	}
+	if cfg.TLS != nil {
+		c.SslOpts = &gocql.SslOptions{Config: cfg.TLS.Clone(), EnableHostVerification: true}
 	}
 	s, err := c.CreateSession()
 	if err != nil {

@@ -25,6 +25,7 @@ package redisstore
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
@@ -46,6 +47,8 @@ type Config struct {
 	Username string
 	Password string
 	DB       int
+	// TLS, when set, encrypts the connections (Redis's tls-port).
+	TLS *tls.Config
 	// Prefix is prepended to every key (default "likes:").
 	Prefix string
 	// Timeout bounds each call, including the dial of a new connection and
@@ -128,6 +131,7 @@ func Open(cfg Config) (*Store, error) {
 		Username:              cfg.Username,
 		Password:              cfg.Password,
 		DB:                    cfg.DB,
+		TLSConfig:             cfg.TLS,
 		PoolSize:              cfg.PoolSize,
 		MaxRetries:            -1, // a retry doubles what a dead Redis costs
 		DialerRetries:         1,

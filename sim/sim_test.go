@@ -149,10 +149,9 @@ func TestSimDeterministic(t *testing.T) {
 	}
 }
 
-// TestSimChains: schedules heavy in unplanned failovers commonly move a range
-// A→B→C through three regions while tails are unreplicated, and corrections
-// arise, and everything still converges exactly.
-func TestSimChains(t *testing.T) {
+// focusedSeeds are the seeds of a test with a fixed fault mix: 60 from base
+// (20 under -short or -race), or $LIKES_SIM_SEEDS of them.
+func focusedSeeds(base uint64) []uint64 {
 	n := 60
 	if testing.Short() || raceEnabled {
 		n = 20
@@ -160,10 +159,18 @@ func TestSimChains(t *testing.T) {
 	if v := os.Getenv("LIKES_SIM_SEEDS"); v != "" {
 		n, _ = strconv.Atoi(v)
 	}
-	var seeds []uint64
-	for i := 0; i < n; i++ {
-		seeds = append(seeds, 10_000+uint64(i))
+	seeds := make([]uint64, n)
+	for i := range seeds {
+		seeds[i] = base + uint64(i)
 	}
+	return seeds
+}
+
+// TestSimChains: schedules heavy in unplanned failovers commonly move a range
+// A→B→C through three regions while tails are unreplicated, and corrections
+// arise, and everything still converges exactly.
+func TestSimChains(t *testing.T) {
+	seeds := focusedSeeds(10_000)
 	opts := func(seed uint64) Options {
 		return Options{Seed: seed, Steps: 600, Test: "TestSimChains", Fixed: func(k *Knobs) {
 			k.WUnplanned = 6
@@ -178,6 +185,7 @@ func TestSimChains(t *testing.T) {
 		return
 	}
 	stats, errs := runSeeds(seeds, opts)
+	n := len(seeds)
 	withChain, withCorr := 0, 0
 	for i, err := range errs {
 		if err != nil {
@@ -205,17 +213,7 @@ func TestSimChains(t *testing.T) {
 // replicated (issue 17's interleaving and its relatives: the edge reaches the
 // job's region after the job started), and every erasure still holds.
 func TestSimErasures(t *testing.T) {
-	n := 60
-	if testing.Short() || raceEnabled {
-		n = 20
-	}
-	if v := os.Getenv("LIKES_SIM_SEEDS"); v != "" {
-		n, _ = strconv.Atoi(v)
-	}
-	var seeds []uint64
-	for i := 0; i < n; i++ {
-		seeds = append(seeds, 20_000+uint64(i))
-	}
+	seeds := focusedSeeds(20_000)
 	opts := func(seed uint64) Options {
 		return Options{Seed: seed, Test: "TestSimErasures", Fixed: erasureHeavy}
 	}
@@ -224,6 +222,7 @@ func TestSimErasures(t *testing.T) {
 		return
 	}
 	stats, errs := runSeeds(seeds, opts)
+	n := len(seeds)
 	withLate := 0
 	for i, err := range errs {
 		if err != nil {

@@ -14,6 +14,14 @@
 //   - A write is only attempted under the epoch the Authority grants for the user's
 //     range; an edge already at a higher epoch makes the write fail closed
 //     (ErrStaleEpoch): another region owns it now.
+//   - Once a user's erasure has started, no edge of the user ends LIKED: the
+//     Eraser tombstones what the region holds, and an edge that arrives later by
+//     replication re-opens the job (ReopenLate) and is tombstoned through the
+//     same write path at the range's owner, whose write (or branch correction)
+//     cancels the late +1 exactly once.
+//   - Everything that arrives from outside the region (a peer's events, a
+//     forwarded request) passes ValidateEvent / ValidateID, the same rules as
+//     the public API.
 //
 // Keying (one fixed hash everywhere: 64-bit FNV-1a): bucket = h(user) % 64,
 // range = h(user) % ranges, partition = h(item "#" bucket) % partitions.

@@ -63,6 +63,7 @@ var refusals = map[string]error{
 
 type forwardServer interface {
 	set(ctx context.Context, in *forwardRequest) (*forwardResponse, error)
+	read(ctx context.Context, in *readRequest) (*readResponse, error)
 	erasure(ctx context.Context, in *erasureRequest) (*erasureResponse, error)
 }
 
@@ -206,6 +207,41 @@ func (h *forwardHandler) erasure(ctx context.Context, in *erasureRequest) (*eras
 	return &erasureResponse{Job: job, Found: true}, nil
 }
 
+// The session read: a region whose replica is older than an actor's session
+// token asks the owner of the user's range for the edge (read-your-writes at
+// any region, issue 16).
+const readMethod = "/" + forwardService + "/Read"
+
+type readRequest struct {
+	Proto int    `json:"proto"`
+	From  string `json:"from"`
+	User  string `json:"user"`
+	Item  string `json:"item"`
+}
+
+type readResponse struct {
+	Register crdt.Register `json:"register"`
+}
+
+func (h *forwardHandler) read(ctx context.Context, in *readRequest) (*readResponse, error) {
+	if in.Proto != forwardProto {
+		return nil, status.Errorf(codes.FailedPrecondition, "api: read protocol %d, this region speaks %d", in.Proto, forwardProto)
+	}
+	if err := peertls.CheckCaller(ctx, in.From, h.policy.Regions); err != nil {
+		return nil, status.Errorf(codes.PermissionDenied, "api: read: %v", err)
+	}
+	for _, f := range [][2]string{{"userId", in.User}, {"itemId", in.Item}} {
+		if err := ValidateID(f[0], f[1]); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "api: read: %v", err)
+		}
+	}
+	reg, err := h.svc.Button(ctx, in.User, in.Item)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "api: read: %v", err)
+	}
+	return &readResponse{Register: reg}, nil
+}
+
 var forwardDesc = grpc.ServiceDesc{
 	ServiceName: forwardService,
 	HandlerType: (*forwardServer)(nil),
@@ -239,6 +275,22 @@ var forwardDesc = grpc.ServiceDesc{
 			info := &grpc.UnaryServerInfo{Server: srv, FullMethod: erasureMethod}
 			return ic(ctx, in, info, func(ctx context.Context, req any) (any, error) {
 				return h.erasure(ctx, req.(*erasureRequest))
+			})
+		},
+	}, {
+		MethodName: "Read",
+		Handler: func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			in := new(readRequest)
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			h := srv.(forwardServer)
+			if ic == nil {
+				return h.read(ctx, in)
+			}
+			info := &grpc.UnaryServerInfo{Server: srv, FullMethod: readMethod}
+			return ic(ctx, in, info, func(ctx context.Context, req any) (any, error) {
+				return h.read(ctx, req.(*readRequest))
 			})
 		},
 	}},
@@ -344,6 +396,26 @@ func (f *Forwarder) Erasure(ctx context.Context, owner, user string, start bool)
 		return edge.ErasureJob{}, false, fmt.Errorf("%w: owner %s answered the erasure of %q", edge.ErrFailClosed, owner, out.Job.User)
 	}
 	return out.Job, out.Found, nil
+}
+
+// Read implements OwnerReader: the register of (user, item) at owner.
+func (f *Forwarder) Read(ctx context.Context, owner, user, item string) (crdt.Register, error) {
+	addr, ok := f.resolve(owner)
+	if !ok {
+		return crdt.Register{}, fmt.Errorf("%w: owner region %q is not reachable (unknown address)", edge.ErrFailClosed, owner)
+	}
+	c, err := f.conn(owner, addr)
+	if err != nil {
+		return crdt.Register{}, fmt.Errorf("%w: dial %s: %v", edge.ErrFailClosed, owner, err)
+	}
+	var out readResponse
+	if err := c.Invoke(ctx, readMethod, &readRequest{Proto: forwardProto, From: f.self, User: user, Item: item}, &out); err != nil {
+		return crdt.Register{}, fmt.Errorf("%w: read at %s: %v", edge.ErrFailClosed, owner, err)
+	}
+	if out.Register.State > crdt.Erased {
+		return crdt.Register{}, fmt.Errorf("%w: %s answered state %d", edge.ErrFailClosed, owner, out.Register.State)
+	}
+	return out.Register, nil
 }
 
 // Close closes every connection. Idempotent.

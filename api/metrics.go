@@ -12,6 +12,7 @@ type Metrics struct {
 	InFlight     prometheus.Gauge
 	Shed         prometheus.Counter
 	Requests     *prometheus.CounterVec
+	SessionReads *prometheus.CounterVec
 }
 
 // NewMetrics creates and registers the collectors on reg.
@@ -39,6 +40,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "HTTP requests by route and status code.",
 		}, []string{"route", "code"}),
 	}
-	reg.MustRegister(m.WriteLatency, m.Outcomes, m.InFlight, m.Shed, m.Requests)
+	m.SessionReads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "likes_session_reads_total",
+		Help: "Button reads that carried a valid Likes-Session token naming the item, by where the answer came from: local (the replica had caught up), owner (asked the range's owner), session (the owner could not prove it: the token's own state).",
+	}, []string{"source"})
+	reg.MustRegister(m.WriteLatency, m.Outcomes, m.InFlight, m.Shed, m.Requests, m.SessionReads)
 	return m
 }

@@ -20,6 +20,7 @@ import (
 	"likes/counts"
 	"likes/crdt"
 	"likes/edge"
+	"likes/internal/sessiontok"
 )
 
 // Limiter is a rate limiter keyed by user or IP.
@@ -58,6 +59,19 @@ type Config struct {
 	// owns every user.
 	Home  func(user string) (owner string, self bool, err error)
 	Relay ErasureRelay
+	// SessionKey signs and verifies Likes-Session tokens (the same in every
+	// region of a cluster). Nil: no tokens are handed out and none is read.
+	SessionKey []byte
+	// Owner reads a user's edge at the owner of the user's range (a button
+	// read whose token is newer than the local replica). Nil: such reads are
+	// answered from the token.
+	Owner OwnerReader
+}
+
+// OwnerReader reads the register of (user, item) at region owner over the
+// authenticated region-to-region plane (*Forwarder).
+type OwnerReader interface {
+	Read(ctx context.Context, owner, user, item string) (crdt.Register, error)
 }
 
 // ErasureRelay carries an erasure request, authorized here, to the owner of the
@@ -313,11 +327,13 @@ func (s *Server) setLike(w http.ResponseWriter, r *http.Request, op string, item
 	start := s.cfg.Clock.Now()
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
 	defer cancel()
-	ans, err := s.cfg.Service.Set(ctx, user, item, target, key)
+	res, err := s.cfg.Service.SetResult(ctx, user, item, target, key)
 	s.m.WriteLatency.WithLabelValues(op).Observe(s.cfg.Clock.Now().Sub(start).Seconds())
 	if err != nil {
 		return s.writeErr(op, err)
 	}
+	ans := res.Answer
+	s.handOutSession(w, r, user, sessiontok.Write{Item: item, State: res.State, Version: res.Version})
 	outcome := "unchanged"
 	if ans.Changed {
 		outcome = "changed"
@@ -364,6 +380,9 @@ type countJSON struct {
 	AsOf        string `json:"asOf"`
 	StalenessMs int64  `json:"stalenessMs"`
 	Liked       *bool  `json:"liked,omitempty"`
+	// LikedSource says where liked came from when the local replica was older
+	// than the request's Likes-Session token: "owner" or "session".
+	LikedSource string `json:"likedSource,omitempty"`
 }
 
 func countBody(item string, res counts.Result) countJSON {
@@ -392,11 +411,15 @@ func (s *Server) button(w http.ResponseWriter, r *http.Request) *apiError {
 	if e != nil {
 		return e
 	}
-	liked, err := s.cfg.Service.Liked(r.Context(), user, item)
+	reg, source, err := s.buttonAtLeast(r, user, item)
 	if err != nil {
 		return retryable(http.StatusServiceUnavailable, "unavailable", "edge read failed", time.Second)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"itemId": item, "userId": user, "liked": liked})
+	body := map[string]any{"itemId": item, "userId": user, "liked": reg.State == crdt.Liked}
+	if source != "" && source != sourceLocal {
+		body["source"] = source
+	}
+	writeJSON(w, http.StatusOK, body)
 	return nil
 }
 
@@ -460,11 +483,15 @@ func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) *apiError {
 		}
 		cj := countBody(item, res)
 		if authed {
-			liked, err := s.cfg.Service.Liked(r.Context(), c.User, item)
+			reg, source, err := s.buttonAtLeast(r, c.User, item)
 			if err != nil {
 				return retryable(http.StatusServiceUnavailable, "unavailable", "edge read failed", time.Second)
 			}
+			liked := reg.State == crdt.Liked
 			cj.Liked = &liked
+			if source != sourceLocal {
+				cj.LikedSource = source
+			}
 		}
 		out = append(out, cj)
 	}

@@ -125,6 +125,13 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 // Set moves the user's edge on item to target (Liked or Unliked) under
 // idempotency key key, and records the result in the session overlay.
 func (s *Service) Set(ctx context.Context, user, item string, target crdt.State, key string) (Answer, error) {
+	res, err := s.SetResult(ctx, user, item, target, key)
+	return res.Answer, err
+}
+
+// SetResult is Set with the edge's register after the write (for a replay:
+// the edge as it is now), which the API hands the actor in a session token.
+func (s *Service) SetResult(ctx context.Context, user, item string, target crdt.State, key string) (ForwardResult, error) {
 	op := "unlike"
 	if target == crdt.Liked {
 		op = "like"
@@ -138,27 +145,29 @@ func (s *Service) Set(ctx context.Context, user, item string, target crdt.State,
 // Retract unlikes (item, user) on behalf of the abuse system: the same
 // conditional write as a user's unlike, marked as a retraction.
 func (s *Service) Retract(ctx context.Context, item, user string) (Answer, error) {
-	return s.apply(ctx, Request{Item: item, User: user, Target: crdt.Unliked, Kind: KindRetraction})
+	res, err := s.apply(ctx, Request{Item: item, User: user, Target: crdt.Unliked, Kind: KindRetraction})
+	return res.Answer, err
 }
 
 // Erase tombstones one edge of an erased user.
 func (s *Service) Erase(ctx context.Context, item, user string) (Answer, error) {
-	return s.apply(ctx, Request{Item: item, User: user, Target: crdt.Erased, Kind: KindErasure})
+	res, err := s.apply(ctx, Request{Item: item, User: user, Target: crdt.Erased, Kind: KindErasure})
+	return res.Answer, err
 }
 
-func (s *Service) apply(ctx context.Context, req Request) (Answer, error) {
+func (s *Service) apply(ctx context.Context, req Request) (ForwardResult, error) {
 	res, err := s.ApplyLocal(ctx, req)
 	var owned Owned
 	if err != nil && s.cfg.Forwarder != nil && errors.Is(err, ErrNotOwner) && errors.As(err, &owned) {
 		res, err = s.cfg.Forwarder.Forward(ctx, owned.OwnerRegion(), req)
 	}
 	if err != nil {
-		return Answer{}, err
+		return ForwardResult{}, err
 	}
 	// The overlay is a read-your-writes aid written by the ingress region;
 	// failing to write it loses nothing.
 	_ = s.cfg.Overlay.Put(ctx, req.User, req.Item, OverlayEntry{State: res.State, Version: res.Version})
-	return res.Answer, nil
+	return res, nil
 }
 
 // ApplyLocal performs req in this region without forwarding: the handler of
@@ -225,13 +234,20 @@ func (s *Service) Quiesce(ctx context.Context) error {
 // Liked is the actor's button: the overlay layered over the local edge replica,
 // whichever holds the newer version.
 func (s *Service) Liked(ctx context.Context, user, item string) (bool, error) {
+	r, err := s.Button(ctx, user, item)
+	return r.State == crdt.Liked, err
+}
+
+// Button is the register behind Liked: the local edge replica merged with the
+// session overlay.
+func (s *Service) Button(ctx context.Context, user, item string) (crdt.Register, error) {
 	e, _, err := s.cfg.Store.Edge(ctx, item, user)
 	if err != nil {
-		return false, err
+		return crdt.Register{}, err
 	}
 	r := e.Register()
 	if o, ok, oerr := s.cfg.Overlay.Get(ctx, user, item); oerr == nil && ok {
 		r = crdt.MergeRegister(r, crdt.Register{Version: o.Version, State: o.State})
 	}
-	return r.State == crdt.Liked, nil
+	return r, nil
 }

@@ -2,6 +2,9 @@ package region
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -281,12 +284,17 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 	r.regions = regions
 	var home func(string) (string, bool, error)
 	var relay api.ErasureRelay
+	var owner api.OwnerReader
 	if r.cluster != nil {
 		r.cluster.eraser.Store(r.Eraser)
 		home = r.cluster.home
 		if r.cluster.forwarder != nil {
-			relay = r.cluster.forwarder
+			relay, owner = r.cluster.forwarder, r.cluster.forwarder
 		}
+	}
+	sessionKey, err := sessionKeyOf(cfg)
+	if err != nil {
+		return fail(err)
 	}
 	verifier, err := newVerifier(cfg)
 	if err != nil {
@@ -297,7 +305,7 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 	r.API, err = api.New(api.Config{
 		Ready: r.Ready,
 		Admin: newAdmin(r),
-		Home:  home, Relay: relay,
+		Home:  home, Relay: relay, Owner: owner, SessionKey: sessionKey,
 		Region: cfg.Name, Service: r.Service, Eraser: r.Eraser, Store: st, Counts: r.Counts,
 		Verifier:    verifier,
 		UserLimiter: caches.user, IPLimiter: caches.ip, MaxInFlightWrites: cfg.MaxInFlightWrites,
@@ -466,4 +474,28 @@ func (r *Region) Close() error {
 		}
 	})
 	return r.closeErr
+}
+
+// sessionKeyOf is the key of Likes-Session tokens, the same in every region of
+// a cluster: derived from the token signing secret, else from the gossip key
+// (both shared cluster-wide and secret), else random (a region alone, whose
+// tokens only it reads).
+func sessionKeyOf(cfg Config) ([]byte, error) {
+	var material []byte
+	switch {
+	case len(cfg.Secret) > 0:
+		material = cfg.Secret
+	case len(cfg.Auth.Secret) > 0:
+		material = cfg.Auth.Secret
+	case cfg.Cluster != nil && len(cfg.Cluster.GossipKey) > 0:
+		material = cfg.Cluster.GossipKey
+	default:
+		material = make([]byte, 32)
+		if _, err := rand.Read(material); err != nil {
+			return nil, err
+		}
+	}
+	m := hmac.New(sha256.New, material)
+	m.Write([]byte("likes session token key v1"))
+	return m.Sum(nil), nil
 }

@@ -67,6 +67,13 @@ type Config struct {
 	// Progress, if set, is called every ProgressEvery (default 1s) during a phase.
 	Progress      func(Progress)
 	ProgressEvery time.Duration
+	// ButtonURL, if set, is another region: every ButtonEvery-th uniform write
+	// is followed at once by the actor's button read there, with the
+	// Likes-Session token the writes handed out (a real client's read after
+	// its write through another region); the phase reports where those reads
+	// were answered from and any that missed the write.
+	ButtonURL   string
+	ButtonEvery int
 }
 
 // Progress is a snapshot of a running phase.
@@ -114,6 +121,15 @@ func (c *Config) defaults() error {
 	}
 	if c.SampleEvery <= 0 {
 		c.SampleEvery = 50 * time.Millisecond
+	}
+	if c.ButtonURL != "" {
+		if _, err := CheckLoopback(c.ButtonURL); err != nil {
+			return err
+		}
+		c.ButtonURL = strings.TrimRight(c.ButtonURL, "/")
+	}
+	if c.ButtonEvery <= 0 {
+		c.ButtonEvery = 4
 	}
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = 10 * time.Second
@@ -178,7 +194,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	// Per-worker edge state lives across phases so a later phase keeps alternating.
 	states := make([]*workerState, cfg.Workers)
 	for w := range states {
-		states[w] = &workerState{liked: map[uint64]struct{}{}, viral: make([]bool, per)}
+		states[w] = &workerState{liked: map[uint64]struct{}{}, viral: make([]bool, per), sessions: map[int]string{}}
 	}
 	for _, name := range cfg.Phases {
 		if ctx.Err() != nil {
@@ -245,8 +261,9 @@ func (r *runner) asOf(ctx context.Context, u string) (time.Time, error) {
 }
 
 type workerState struct {
-	liked map[uint64]struct{} // uniform phase: (user index, item) pairs currently liked
-	viral []bool              // viral phase: per user index
+	liked    map[uint64]struct{} // uniform phase: (user index, item) pairs currently liked
+	viral    []bool              // viral phase: per user index
+	sessions map[int]string      // per user index: the newest Likes-Session token
 }
 
 // counters are shared by a phase's workers for progress only.
@@ -260,6 +277,7 @@ type workerResult struct {
 	req     int64
 	ok      int64
 	changed int64
+	buttons buttonResult
 }
 
 func (r *runner) phase(ctx context.Context, name string, states []*workerState) PhaseReport {
@@ -311,6 +329,7 @@ func (r *runner) phase(ctx context.Context, name string, states []*workerState) 
 		for k, v := range res.errs {
 			pr.Errors[k] += v
 		}
+		pr.Buttons = mergeButtons(pr.Buttons, &res.buttons)
 	}
 	if elapsed > 0 {
 		pr.Throughput = float64(pr.OK) / elapsed.Seconds()
@@ -386,14 +405,16 @@ func (r *runner) worker(ctx context.Context, phase string, w int, stop time.Time
 		var (
 			method, path string
 			u            user
+			ui           = -1
+			item         string
 			apply        func()
 		)
 		switch phase {
 		case PhaseUniform:
-			ui := rng.IntN(len(users))
+			ui = rng.IntN(len(users))
 			it := rng.Uint64N(items)
 			u = users[ui]
-			item := r.item(it)
+			item = r.item(it)
 			key := uint64(ui)*items + it
 			if _, liked := st.liked[key]; liked {
 				method, path = http.MethodDelete, "/v1/items/"+item+"/likes/"+url.PathEscape(u.id)
@@ -423,6 +444,9 @@ func (r *runner) worker(ctx context.Context, phase string, w int, stop time.Time
 		if phase != PhaseReads {
 			req.Header.Set("Authorization", u.bearer)
 			req.Header.Set("Idempotency-Key", "lg-"+r.cfg.RunID+"-w"+strconv.Itoa(w)+"-"+phaseShort(phase)+strconv.Itoa(seq))
+			if tok := st.sessions[ui]; ui >= 0 && tok != "" {
+				req.Header.Set(sessionHeader, tok)
+			}
 		}
 		t0 := time.Now()
 		resp, err := r.cfg.Client.Do(req)
@@ -461,6 +485,14 @@ func (r *runner) worker(ctx context.Context, phase string, w int, stop time.Time
 			apply()
 			if bytes.Contains(buf, []byte(`"changed":true`)) {
 				res.changed++
+			}
+		}
+		if ui >= 0 {
+			if tok := resp.Header.Get(sessionHeader); tok != "" {
+				st.sessions[ui] = tok
+			}
+			if r.cfg.ButtonURL != "" && seq%r.cfg.ButtonEvery == 0 {
+				r.readButton(ctx, u, item, st.sessions[ui], method == http.MethodPost, &res.buttons)
 			}
 		}
 	}

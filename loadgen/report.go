@@ -41,6 +41,8 @@ type PhaseReport struct {
 	Changed   int64      `json:"changed,omitempty"`
 	Latency   Latency    `json:"latency"`
 	Staleness *Staleness `json:"staleness,omitempty"`
+	// Buttons are the reads after writes through Config.ButtonURL.
+	Buttons *ButtonReport `json:"buttons,omitempty"`
 	// CPU spent during the phase by the server (when Config.ServerCPU is set)
 	// and by this process (the load generator itself), in all and per
 	// successful request.

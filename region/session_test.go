@@ -1,14 +1,18 @@
 package region_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"likes/internal/sessiontok"
+	"likes/loadgen"
 	"likes/region"
 )
 
@@ -178,4 +182,57 @@ func TestSessionReadYourWrites(t *testing.T) {
 			}
 		}
 	})
+}
+
+// sessionLoad runs the load tool's uniform writes through us, each fourth
+// followed at once by the actor's button read through eu with the session
+// token, and returns the phase's button report.
+func sessionLoad(t *testing.T, dur time.Duration, workers int) *loadgen.ButtonReport {
+	t.Helper()
+	c := startTri(t)
+	ctx, cancel := context.WithTimeout(context.Background(), dur+time.Minute)
+	defer cancel()
+	rep, err := loadgen.Run(ctx, loadgen.Config{
+		URL: c.byName["us"].srv.URL, ButtonURL: c.byName["eu"].srv.URL, Secret: triSecret,
+		Workers: workers, Items: 2000, PhaseDuration: dur, Phases: []string{loadgen.PhaseUniform}, RunID: "session", Seed: 7,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ph := rep.Phase(loadgen.PhaseUniform)
+	if ph == nil || ph.Buttons == nil {
+		t.Fatalf("no button reads in %+v", ph)
+	}
+	return ph.Buttons
+}
+
+// TestLoadgenSessionReads: under load, every button read at another region
+// right after the actor's write, with the token the load tool carries like a
+// real client, shows that write.
+func TestLoadgenSessionReads(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three regions and etcd")
+	}
+	b := sessionLoad(t, 2*time.Second, 4)
+	if b.Reads < 20 || b.Wrong != 0 || b.Errors != 0 {
+		t.Fatalf("button reads after writes: %+v; want some, none wrong or failed", b)
+	}
+	t.Logf("button reads at eu after writes at us: %d, by source %v", b.Reads, b.BySource)
+}
+
+// TestMeasureSessionReads is the figure for BENCHMARKS.md: button-read latency
+// at a non-owner region with a fresh token, by where it was answered, and the
+// share that had to ask the owner.
+//
+//	LIKES_MEASURE=1 go test ./region -run TestMeasureSessionReads -v
+func TestMeasureSessionReads(t *testing.T) {
+	if os.Getenv("LIKES_MEASURE") != "1" {
+		t.Skip("opt-in measurement: LIKES_MEASURE=1 go test ./region -run TestMeasureSessionReads -v")
+	}
+	b := sessionLoad(t, 10*time.Second, 16)
+	t.Logf("reads %d, wrong %d, errors %d", b.Reads, b.Wrong, b.Errors)
+	for src, n := range b.BySource {
+		l := b.Latency[src]
+		t.Logf("%-8s %6d (%.1f %%): p50 %.2f ms, p99 %.2f ms, max %.1f ms", src, n, 100*float64(n)/float64(b.Reads), l.P50Ms, l.P99Ms, l.MaxMs)
+	}
 }

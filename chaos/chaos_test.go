@@ -108,9 +108,9 @@ func TestNormalSchedule(t *testing.T) {
 	if got := len(rep.FaultsByKind); got != len(kinds) {
 		t.Errorf("schedule injected %d kinds of faults %v, want all %d", got, rep.FaultsByKind, len(kinds))
 	}
-	if rep.Ops.AckedWrites < 1000 || rep.Check.SamplesChecked < 100 || rep.Check.EventsChecked < 1000 {
-		t.Errorf("too little checked: %d acknowledged writes, %d samples, %d log events", rep.Ops.AckedWrites,
-			rep.Check.SamplesChecked, rep.Check.EventsChecked)
+	if rep.Ops.AckedWrites < 1000 || rep.Check.SamplesChecked < 100 || rep.Check.EventsChecked < 1000 || rep.Check.SessionReads < 100 {
+		t.Errorf("too little checked: %d acknowledged writes, %d samples, %d log events, %d session reads", rep.Ops.AckedWrites,
+			rep.Check.SamplesChecked, rep.Check.EventsChecked, rep.Check.SessionReads)
 	}
 }
 

@@ -46,6 +46,7 @@ const (
 	CheckPin         = "pin"                // a write without a valid pin
 	CheckPlanned     = "planned-move-clean" // a planned move's new owner started before catching up
 	CheckAsOf        = "asof"               // a count claims more freshness than it has
+	CheckSession     = "session-read"       // a button read with a session token was older than the token
 )
 
 // Violation is one broken guarantee.
@@ -80,6 +81,7 @@ type CheckInput struct {
 	Final    map[string]map[string]FinalItem // region → item
 	Logs     map[string][]LogEvent           // region → its whole log
 	Samples  []Sample
+	Buttons  []ButtonRead
 	Converge error // non-nil when quiescing failed
 }
 
@@ -107,6 +109,7 @@ type CheckResult struct {
 	ItemsChecked    int              `json:"itemsChecked"`
 	EventsChecked   int              `json:"pinEventsChecked"`
 	SamplesChecked  int              `json:"asOfSamplesChecked"`
+	SessionReads    int              `json:"sessionReadsChecked"`
 	ErasedUsers     int              `json:"erasedUsers"`
 	FinalLikedEdges int              `json:"finalLikedEdges"`
 }
@@ -129,6 +132,7 @@ func Check(in CheckInput) *CheckResult {
 	checkPins(in, res)
 	checkPlanned(in, res)
 	checkAsOf(in, res)
+	checkSessions(in, res)
 	sort.SliceStable(res.Violations, func(i, j int) bool { return res.Violations[i].Check < res.Violations[j].Check })
 	return res
 }
@@ -718,4 +722,19 @@ func keys(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// checkSessions: every button read that carried the session token of an
+// acknowledged write, sent right after it (the client sends nothing else in
+// between, so nothing newer of the edge exists from this user), shows that
+// write, at whichever region it was sent to (issue 16).
+func checkSessions(in CheckInput, res *CheckResult) {
+	for _, b := range in.Buttons {
+		res.SessionReads++
+		if b.Liked != b.Want {
+			res.add(Violation{Check: CheckSession, Item: b.Item, User: b.User,
+				Detail: fmt.Sprintf("op %d set liked=%v; the button read at %s with its session token right after (source %q) answered liked=%v",
+					b.Op, b.Want, b.Region, b.Source, b.Liked)})
+		}
+	}
 }

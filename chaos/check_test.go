@@ -72,11 +72,13 @@ func world() CheckInput {
 }
 
 func TestCheckConsistentWorld(t *testing.T) {
-	res := Check(world())
+	in := world()
+	in.Buttons = []ButtonRead{{Op: 1, User: "u", Item: "i", Region: "eu", Want: true, Liked: true, Source: "owner"}}
+	res := Check(in)
 	if len(res.Violations) != 0 {
 		t.Fatalf("violations in a consistent world: %v", res.Violations)
 	}
-	if res.EventsChecked != 1 || res.SamplesChecked != 3 || res.EdgesChecked != 1 {
+	if res.EventsChecked != 1 || res.SamplesChecked != 3 || res.EdgesChecked != 1 || res.SessionReads != 1 {
 		t.Fatalf("checked %+v", res)
 	}
 }
@@ -118,6 +120,9 @@ func TestCheckCatches(t *testing.T) {
 			w.Version.Epoch, w.Version.Op = 2, 1
 			in.Logs["eu"] = append(in.Logs["eu"], w)
 		}, CheckPlanned},
+		{"button read with the session token older than the write", func(in *CheckInput) {
+			in.Buttons = append(in.Buttons, ButtonRead{Op: 1, User: "u", Item: "i", Region: "eu", Want: true, Liked: false})
+		}, CheckSession},
 	}
 	for _, c := range cases {
 		in := world()

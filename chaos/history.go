@@ -74,6 +74,21 @@ type Attempt struct {
 	Dup     bool      `json:"dup,omitempty"`
 	Liked   *bool     `json:"liked,omitempty"`
 	Changed *bool     `json:"changed,omitempty"`
+	session string    // the answer's Likes-Session token
+}
+
+// ButtonRead is the actor's button read at another region right after their
+// acknowledged write, carrying the Likes-Session token the write answered.
+type ButtonRead struct {
+	Op     int64     `json:"op"`
+	User   string    `json:"user"`
+	Item   string    `json:"item"`
+	Region string    `json:"region"`
+	Want   bool      `json:"want"` // the write's target: liked
+	Liked  bool      `json:"liked"`
+	Source string    `json:"source,omitempty"`
+	Sent   time.Time `json:"sent"`
+	Recv   time.Time `json:"recv"`
 }
 
 // Sample is one count read during the run.

@@ -258,7 +258,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 
 	ops := wl.Ops()
 	in := CheckInput{Regions: o.Regions, Ranges: 64, TTL: o.LeaseTTL, MaxSkew: cl.EpochConfig().MaxSkew,
-		Ops: ops, Nemesis: nem.Events(), Planned: nem.Planned(), Samples: wl.Samples()}
+		Ops: ops, Nemesis: nem.Events(), Planned: nem.Planned(), Samples: wl.Samples(), Buttons: wl.Buttons()}
 	logf("waiting for erasures to finish and the regions to quiesce")
 	in.Converge = waitErasures(ctx, cl, ops, 30*time.Second)
 	if in.Converge == nil {
@@ -598,6 +598,12 @@ func LoadCheckInput(dir string) (CheckInput, error) {
 				return err
 			}
 			in.Samples = append(in.Samples, s)
+		case "button":
+			var b ButtonRead
+			if err := json.Unmarshal(rec.Rec, &b); err != nil {
+				return err
+			}
+			in.Buttons = append(in.Buttons, b)
 		}
 		return nil
 	}); err != nil {
@@ -679,8 +685,8 @@ func (rep *Report) Summary() string {
 	if c := rep.Check; c != nil {
 		fmt.Fprintf(&b, "  pins: %d versions, %d planned moves, %d unplanned (failover windows excuse %d acknowledged ops)\n",
 			rep.PinVersions, c.PlannedMoves, c.UnplannedMoves, c.ExcusedOps)
-		fmt.Fprintf(&b, "  checked: %d items, %d edges with history, %d erased users, %d LIKED edges, %d writes against pins, %d asOf samples\n",
-			c.ItemsChecked, c.EdgesChecked, c.ErasedUsers, c.FinalLikedEdges, c.EventsChecked, c.SamplesChecked)
+		fmt.Fprintf(&b, "  checked: %d items, %d edges with history, %d erased users, %d LIKED edges, %d writes against pins, %d asOf samples, %d session reads\n",
+			c.ItemsChecked, c.EdgesChecked, c.ErasedUsers, c.FinalLikedEdges, c.EventsChecked, c.SamplesChecked, c.SessionReads)
 		fmt.Fprintf(&b, "  final mismatches:  %d", rep.Mismatches)
 		if len(c.ByCheck) > 0 {
 			fmt.Fprintf(&b, " %v", sortedMap(c.ByCheck))

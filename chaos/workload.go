@@ -37,6 +37,9 @@ type WorkloadConfig struct {
 	PRetract float64 // admin retraction of one of the client's edges (0.01)
 	PErase   float64 // erase one of the client's users (0.008)
 	PProbe   float64 // a new like as an already erased user (0.01)
+	// PButton reads the actor's button at another region right after an
+	// acknowledged like or unlike, with the session token (0.2).
+	PButton float64
 }
 
 func (c *WorkloadConfig) defaults() {
@@ -75,6 +78,7 @@ func (c *WorkloadConfig) defaults() {
 	fdef(&c.PRetract, 0.01)
 	fdef(&c.PErase, 0.008)
 	fdef(&c.PProbe, 0.01)
+	fdef(&c.PButton, 0.2)
 }
 
 // Workload runs the clients and the count sampler.
@@ -96,6 +100,7 @@ type Workload struct {
 	mu      sync.Mutex
 	ops     []*Op
 	samples []Sample
+	buttons []ButtonRead
 	erased  map[string]bool // users whose erasure was acknowledged
 
 	cancel context.CancelFunc
@@ -164,6 +169,13 @@ func (w *Workload) Samples() []Sample {
 	return append([]Sample(nil), w.samples...)
 }
 
+// Buttons returns the session button reads.
+func (w *Workload) Buttons() []ButtonRead {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]ButtonRead(nil), w.buttons...)
+}
+
 // edgeOps is a client's memory of one edge: its ops in order.
 type edgeOps struct {
 	ops []*Op
@@ -172,6 +184,9 @@ type edgeOps struct {
 type user struct {
 	id    string
 	token string
+	// session is the newest Likes-Session token the user's writes were
+	// answered with; sent on every request, as a client SDK does.
+	session string
 }
 
 type client struct {
@@ -415,6 +430,9 @@ func (c *client) execute(ctx context.Context, op *Op, u *user, copies int) {
 				if op.Ack.IsZero() || a.End.Before(op.Ack) {
 					op.Ack, op.AckRegion = a.End, a.Region
 				}
+				if a.session != "" {
+					u.session = a.session
+				}
 				op.Outcome = OutcomeAck
 				done = true
 			case OutcomeIndeterminate:
@@ -452,7 +470,56 @@ func (c *client) execute(ctx context.Context, op *Op, u *user, copies int) {
 	c.w.mu.Lock()
 	c.w.ops = append(c.w.ops, op)
 	c.w.mu.Unlock()
+	if op.Outcome == OutcomeAck && (op.Kind == KindLike || op.Kind == KindUnlike) && !op.PostErasure &&
+		u.session != "" && c.rng.Float64() < c.w.cfg.PButton {
+		c.readButton(ctx, op, u)
+	}
 }
+
+// readButton reads u's button on op's item at a region other than the one
+// that acknowledged op, at once, with the session token.
+func (c *client) readButton(ctx context.Context, op *Op, u *user) {
+	var others []string
+	for _, r := range c.w.regions {
+		if r != op.AckRegion {
+			others = append(others, r)
+		}
+	}
+	if len(others) == 0 {
+		return
+	}
+	region := others[c.rng.IntN(len(others))]
+	actx, cancel := context.WithTimeout(ctx, c.w.cfg.AttemptTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, http.MethodGet,
+		c.w.urls[region]+"/v1/items/"+url.PathEscape(op.Item)+"/likes/"+url.PathEscape(op.User), nil)
+	if err != nil {
+		return
+	}
+	req.Header.Set(sessionHeader, u.session)
+	br := ButtonRead{Op: op.ID, User: op.User, Item: op.Item, Region: region, Want: op.Target == TargetLiked, Sent: time.Now()}
+	resp, err := c.w.http.Do(req)
+	if err != nil {
+		return // unanswered reads prove nothing
+	}
+	var b struct {
+		Liked  bool   `json:"liked"`
+		Source string `json:"source"`
+	}
+	err = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&b)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || err != nil {
+		return
+	}
+	br.Recv, br.Liked, br.Source = time.Now(), b.Liked, b.Source
+	c.w.hist.Write("button", br)
+	c.w.mu.Lock()
+	c.w.buttons = append(c.w.buttons, br)
+	c.w.mu.Unlock()
+}
+
+// sessionHeader carries the Likes-Session token (internal/sessiontok).
+const sessionHeader = "Likes-Session"
 
 // send performs one attempt and classifies it.
 func (c *client) send(ctx context.Context, op *Op, u *user, region string, n int, stale, dup bool) Attempt {
@@ -483,6 +550,9 @@ func (c *client) send(ctx context.Context, op *Op, u *user, region string, n int
 	if op.Key != "" {
 		req.Header.Set("Idempotency-Key", op.Key)
 	}
+	if u.session != "" && (op.Kind == KindLike || op.Kind == KindUnlike) {
+		req.Header.Set(sessionHeader, u.session)
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -502,6 +572,7 @@ func (c *client) send(ctx context.Context, op *Op, u *user, region string, n int
 	_ = resp.Body.Close()
 	a.End = time.Now()
 	a.Status = resp.StatusCode
+	a.session = resp.Header.Get(sessionHeader)
 	if err != nil {
 		a.Err = err.Error()
 		a.Class = OutcomeIndeterminate

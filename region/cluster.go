@@ -84,6 +84,10 @@ func (o overridePeers) Peers() []replication.Peer {
 
 func (o overridePeers) Changes() <-chan struct{} { return o.src.Changes() }
 
+// grpcStopGrace bounds how long a closing region waits for its gRPC calls in
+// flight before it cuts them.
+const grpcStopGrace = 5 * time.Second
+
 // clusterParts are the running multi-region components, closed in reverse.
 type clusterParts struct {
 	regions    []string
@@ -308,7 +312,16 @@ func (p *clusterParts) close() {
 			_ = p.member.Close()
 		}
 		if p.serving {
-			p.grpcSrv.Stop()
+			// Let calls in flight (a forwarded write, a push being applied)
+			// finish, bounded: their callers' deadlines are seconds.
+			stopped := make(chan struct{})
+			go func() { p.grpcSrv.GracefulStop(); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-time.After(grpcStopGrace):
+				p.grpcSrv.Stop()
+				<-stopped
+			}
 			<-p.grpcDone
 		} else if p.grpcLn != nil {
 			_ = p.grpcLn.Close()

@@ -54,6 +54,14 @@ func (r *Region) Ready(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// errDraining is the readiness failure of a region that is stopping.
+var errDraining = errors.New("draining: the region is stopping")
+
+// Drain marks the region as stopping: /readyz answers 503 from now on, so a
+// load balancer sends new requests elsewhere while the ones in flight finish.
+// Idempotent.
+func (r *Region) Drain() { r.draining.Store(true) }
+
 // addClusterReadiness adds the lease check of a region in a cluster: ready
 // only while it can prove its lease and a current pin table in etcd (the
 // freshness every write needs). Losing etcd or its authorization makes the

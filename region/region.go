@@ -155,6 +155,7 @@ type Region struct {
 	once       sync.Once
 	closeErr   error
 
+	draining     atomic.Bool
 	readyMu      sync.Mutex
 	readyChecks  []ReadyCheck
 	readyFailing map[string]bool
@@ -300,6 +301,12 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 	if err != nil {
 		return fail(err)
 	}
+	r.AddReadyCheck("draining", func(context.Context) error {
+		if r.draining.Load() {
+			return errDraining
+		}
+		return nil
+	})
 	r.addClusterReadiness()
 	r.AddReadyCheck("storage", r.storageReady)
 	r.API, err = api.New(api.Config{

@@ -299,3 +299,31 @@ func TestOpenValidatesAndRefusesAnotherLayout(t *testing.T) {
 	}
 	_ = r.Close()
 }
+
+// TestDrainTurnsReadinessOff: a region that is stopping answers /readyz 503
+// with the reason, while it still serves the requests that reach it.
+func TestDrainTurnsReadinessOff(t *testing.T) {
+	r, srv := open(t, config(t.TempDir()))
+	get := func(path string) (int, string) {
+		res, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if code, body := get("/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz before the drain: %d %s", code, body)
+	}
+	r.Drain()
+	if code, body := get("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "draining") {
+		t.Fatalf("/readyz while draining: %d %s, want 503 naming the drain", code, body)
+	}
+	if code, _ := get("/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz while draining: %d, want 200 (liveness)", code)
+	}
+	if _, err := write(t, srv, "alice", "i1", "k1", true); err != nil {
+		t.Fatalf("a write that reaches a draining region: %v", err)
+	}
+}

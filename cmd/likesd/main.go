@@ -318,7 +318,10 @@ func waitAndStop(ctx context.Context, logger *slog.Logger, all []*served, after 
 	case <-ctx.Done():
 	case serveErr = <-cases:
 	}
-	logger.Info("shutting down: draining HTTP, then stopping replication, aggregators and stores")
+	logger.Info("shutting down: readiness off, draining HTTP, then stopping replication, aggregators and stores")
+	for _, s := range all {
+		s.r.Drain()
+	}
 	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, s := range all {

@@ -13,6 +13,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"likes/api"
 	"likes/clock"
@@ -92,6 +94,7 @@ const grpcStopGrace = 5 * time.Second
 type clusterParts struct {
 	regions    []string
 	jobs       edge.JobStore
+	health     *health.Server              // grpc.health.v1 on the gRPC port
 	eraser     atomic.Pointer[edge.Eraser] // set once the region's eraser runs
 	keepalive  *epoch.KeepAlive
 	authority  *epoch.Authority
@@ -198,6 +201,9 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 		creds = c.TLS.ClientCredentials
 	}
 	p.grpcSrv = grpc.NewServer(sopts...)
+	p.health = health.NewServer()
+	p.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(p.grpcSrv, p.health)
 	rs, err := replication.NewServer(replication.ServerConfig{
 		Region: name, Partitions: st.Partitions(), Sink: st, Logger: log, Regions: c.Regions,
 		MaxEpoch: p.maxEpoch,
@@ -274,6 +280,7 @@ func (p *clusterParts) serve(svc *edge.Service) {
 		return // peerless: nothing to serve
 	}
 	api.RegisterForward(p.grpcSrv, svc, api.ForwardPolicy{Regions: p.regions, Jobs: p.jobs, Eraser: p.eraser.Load})
+	p.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	p.serving = true
 	go func() {
 		defer close(p.grpcDone)
@@ -310,6 +317,9 @@ func (p *clusterParts) close() {
 		}
 		if p.member != nil {
 			_ = p.member.Close()
+		}
+		if p.health != nil {
+			p.health.Shutdown() // NOT_SERVING to every watcher, first
 		}
 		if p.serving {
 			// Let calls in flight (a forwarded write, a push being applied)

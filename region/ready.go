@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
 	"likes/auth"
 )
 
@@ -60,7 +62,12 @@ var errDraining = errors.New("draining: the region is stopping")
 // Drain marks the region as stopping: /readyz answers 503 from now on, so a
 // load balancer sends new requests elsewhere while the ones in flight finish.
 // Idempotent.
-func (r *Region) Drain() { r.draining.Store(true) }
+func (r *Region) Drain() {
+	r.draining.Store(true)
+	if r.cluster != nil && r.cluster.health != nil {
+		r.cluster.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	}
+}
 
 // addClusterReadiness adds the lease check of a region in a cluster: ready
 // only while it can prove its lease and a current pin table in etcd (the

@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"likes/api"
@@ -200,4 +202,32 @@ func farEpoch(from, user string) replication.Batch {
 
 func pastThrough(from string) replication.Batch {
 	return replication.Batch{From: from, Partitions: 4, Parts: []replication.PartBatch{{Partition: 0, Through: ^uint64(0)}}}
+}
+
+// TestGRPCHealth: the gRPC port serves grpc.health.v1 (to callers with a
+// region certificate): SERVING while the region runs, NOT_SERVING once it
+// drains.
+func TestGRPCHealth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three regions and etcd")
+	}
+	c := startTri(t)
+	us := c.byName["us"]
+	cc, err := grpc.NewClient(us.r.GRPCAddr(), grpc.WithTransportCredentials(c.ids["eu"].ClientCredentials("us")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	hc := healthpb.NewHealthClient(cc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil || res.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health of a running region: %v, %v", res, err)
+	}
+	us.r.Drain()
+	res, err = hc.Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil || res.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health of a draining region: %v, %v", res, err)
+	}
 }

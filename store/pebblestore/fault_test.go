@@ -127,8 +127,13 @@ func (w *faultWorld) waitHealth(writable bool) pebblestore.Health {
 	w.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for i := 0; i < 20000; i++ {
-		w.clk.Advance(600 * time.Millisecond)
-		w.s.CheckHealth()
+		// Recovery needs monitor rounds (a probe once no fault was seen for a
+		// check interval); a fault is noticed by itself, and moving the clock
+		// while waiting for it would let a probe clear it between two looks.
+		if writable {
+			w.clk.Advance(600 * time.Millisecond)
+			w.s.CheckHealth()
+		}
 		if h := w.s.Health(); h.Writable == writable {
 			return h
 		}
@@ -276,8 +281,21 @@ func TestStorageFaults(t *testing.T) {
 					}
 				}
 			}
-			if ok, errs, _ := w.likes(20); ok != 20 {
-				t.Fatalf("after recovery: %d of 20 acknowledged: %v", ok, errs)
+			// A flush or compaction that failed while the fault was on may
+			// report its error after the store already recovered (Pebble
+			// calls its listener when the job ends, and retries jobs): the
+			// store refuses again until its next success or probe, and
+			// recovers by itself. Each round waits for that, bounded.
+			for round := 1; ; round++ {
+				ok, errs, _ := w.likes(20)
+				if ok == 20 {
+					break
+				}
+				if round == 5 || tc.kind != faultSSTable {
+					t.Fatalf("after recovery (round %d): %d of 20 acknowledged: %v", round, ok, errs[:min(len(errs), 3)])
+				}
+				t.Logf("after recovery, round %d: %d of 20 acknowledged (a late background error: %v)", round, ok, errs[0])
+				w.waitHealth(true)
 			}
 			w.verify(w.s, "live store after recovery")
 			w.verifyCrashClone()

@@ -242,58 +242,36 @@ func (h *forwardHandler) read(ctx context.Context, in *readRequest) (*readRespon
 	return &readResponse{Register: reg}, nil
 }
 
+// unary is a method of the forwarding service: it decodes a Req and calls
+// handle on the registered forwardServer, through the interceptor if any.
+func unary[Req any, Resp any](name, full string, handle func(forwardServer, context.Context, *Req) (*Resp, error)) grpc.MethodDesc {
+	return grpc.MethodDesc{
+		MethodName: name,
+		Handler: func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			in := new(Req)
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			h := srv.(forwardServer)
+			if ic == nil {
+				return handle(h, ctx, in)
+			}
+			info := &grpc.UnaryServerInfo{Server: srv, FullMethod: full}
+			return ic(ctx, in, info, func(ctx context.Context, req any) (any, error) {
+				return handle(h, ctx, req.(*Req))
+			})
+		},
+	}
+}
+
 var forwardDesc = grpc.ServiceDesc{
 	ServiceName: forwardService,
 	HandlerType: (*forwardServer)(nil),
-	Methods: []grpc.MethodDesc{{
-		MethodName: "Set",
-		Handler: func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-			in := new(forwardRequest)
-			if err := dec(in); err != nil {
-				return nil, err
-			}
-			h := srv.(forwardServer)
-			if ic == nil {
-				return h.set(ctx, in)
-			}
-			info := &grpc.UnaryServerInfo{Server: srv, FullMethod: forwardMethod}
-			return ic(ctx, in, info, func(ctx context.Context, req any) (any, error) {
-				return h.set(ctx, req.(*forwardRequest))
-			})
-		},
-	}, {
-		MethodName: "Erasure",
-		Handler: func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-			in := new(erasureRequest)
-			if err := dec(in); err != nil {
-				return nil, err
-			}
-			h := srv.(forwardServer)
-			if ic == nil {
-				return h.erasure(ctx, in)
-			}
-			info := &grpc.UnaryServerInfo{Server: srv, FullMethod: erasureMethod}
-			return ic(ctx, in, info, func(ctx context.Context, req any) (any, error) {
-				return h.erasure(ctx, req.(*erasureRequest))
-			})
-		},
-	}, {
-		MethodName: "Read",
-		Handler: func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-			in := new(readRequest)
-			if err := dec(in); err != nil {
-				return nil, err
-			}
-			h := srv.(forwardServer)
-			if ic == nil {
-				return h.read(ctx, in)
-			}
-			info := &grpc.UnaryServerInfo{Server: srv, FullMethod: readMethod}
-			return ic(ctx, in, info, func(ctx context.Context, req any) (any, error) {
-				return h.read(ctx, req.(*readRequest))
-			})
-		},
-	}},
+	Methods: []grpc.MethodDesc{
+		unary("Set", forwardMethod, forwardServer.set),
+		unary("Erasure", erasureMethod, forwardServer.erasure),
+		unary("Read", readMethod, forwardServer.read),
+	},
 	Metadata: "likes/forward",
 }
 
@@ -348,49 +326,55 @@ func (f *Forwarder) conn(owner, addr string) (*grpc.ClientConn, error) {
 // (edge.ErrFailClosed): the caller answers 503 and the client retries with the
 // same key, which the owner's idempotency record makes safe.
 func (f *Forwarder) Forward(ctx context.Context, owner string, req edge.Request) (edge.ForwardResult, error) {
+	var out forwardResponse
+	if err := f.call(ctx, owner, forwardMethod, "forward to", &forwardRequest{Proto: forwardProto, From: f.self, Request: req}, &out); err != nil {
+		return edge.ForwardResult{}, err
+	}
+	if err := refusal(owner, out.Refusal, out.Message); err != nil {
+		return edge.ForwardResult{}, err
+	}
+	return out.Result, nil
+}
+
+// call invokes method at owner; every transport failure fails closed
+// (edge.ErrFailClosed).
+func (f *Forwarder) call(ctx context.Context, owner, method, what string, in, out any) error {
 	addr, ok := f.resolve(owner)
 	if !ok {
-		return edge.ForwardResult{}, fmt.Errorf("%w: owner region %q is not reachable (unknown address)", edge.ErrFailClosed, owner)
+		return fmt.Errorf("%w: owner region %q is not reachable (unknown address)", edge.ErrFailClosed, owner)
 	}
 	c, err := f.conn(owner, addr)
 	if err != nil {
-		return edge.ForwardResult{}, fmt.Errorf("%w: dial %s: %v", edge.ErrFailClosed, owner, err)
+		return fmt.Errorf("%w: dial %s: %v", edge.ErrFailClosed, owner, err)
 	}
-	var out forwardResponse
-	if err := c.Invoke(ctx, forwardMethod, &forwardRequest{Proto: forwardProto, From: f.self, Request: req}, &out); err != nil {
-		return edge.ForwardResult{}, fmt.Errorf("%w: forward to %s: %v", edge.ErrFailClosed, owner, err)
+	if err := c.Invoke(ctx, method, in, out); err != nil {
+		return fmt.Errorf("%w: %s %s: %v", edge.ErrFailClosed, what, owner, err)
 	}
-	if out.Refusal != "" {
-		sentinel, ok := refusals[out.Refusal]
-		if !ok {
-			sentinel = edge.ErrFailClosed
-		}
-		return edge.ForwardResult{}, fmt.Errorf("%w (at owner %s: %s)", sentinel, owner, out.Message)
+	return nil
+}
+
+// refusal is the owner's refusal (a sentinel of the edge package by name;
+// an unknown name fails closed), or nil.
+func refusal(owner, name, message string) error {
+	if name == "" {
+		return nil
 	}
-	return out.Result, nil
+	sentinel, ok := refusals[name]
+	if !ok {
+		sentinel = edge.ErrFailClosed
+	}
+	return fmt.Errorf("%w (at owner %s: %s)", sentinel, owner, message)
 }
 
 // Erasure implements ErasureRelay: it starts (start) or reads the user's
 // erasure at owner. Transport failures fail closed (edge.ErrFailClosed).
 func (f *Forwarder) Erasure(ctx context.Context, owner, user string, start bool) (edge.ErasureJob, bool, error) {
-	addr, ok := f.resolve(owner)
-	if !ok {
-		return edge.ErasureJob{}, false, fmt.Errorf("%w: owner region %q is not reachable (unknown address)", edge.ErrFailClosed, owner)
-	}
-	c, err := f.conn(owner, addr)
-	if err != nil {
-		return edge.ErasureJob{}, false, fmt.Errorf("%w: dial %s: %v", edge.ErrFailClosed, owner, err)
-	}
 	var out erasureResponse
-	if err := c.Invoke(ctx, erasureMethod, &erasureRequest{Proto: forwardProto, From: f.self, User: user, Start: start}, &out); err != nil {
-		return edge.ErasureJob{}, false, fmt.Errorf("%w: erasure relay to %s: %v", edge.ErrFailClosed, owner, err)
+	if err := f.call(ctx, owner, erasureMethod, "erasure relay to", &erasureRequest{Proto: forwardProto, From: f.self, User: user, Start: start}, &out); err != nil {
+		return edge.ErasureJob{}, false, err
 	}
-	if out.Refusal != "" {
-		sentinel, ok := refusals[out.Refusal]
-		if !ok {
-			sentinel = edge.ErrFailClosed
-		}
-		return edge.ErasureJob{}, false, fmt.Errorf("%w (at owner %s: %s)", sentinel, owner, out.Message)
+	if err := refusal(owner, out.Refusal, out.Message); err != nil {
+		return edge.ErasureJob{}, false, err
 	}
 	if out.Found && out.Job.User != user {
 		return edge.ErasureJob{}, false, fmt.Errorf("%w: owner %s answered the erasure of %q", edge.ErrFailClosed, owner, out.Job.User)
@@ -400,17 +384,9 @@ func (f *Forwarder) Erasure(ctx context.Context, owner, user string, start bool)
 
 // Read implements OwnerReader: the register of (user, item) at owner.
 func (f *Forwarder) Read(ctx context.Context, owner, user, item string) (crdt.Register, error) {
-	addr, ok := f.resolve(owner)
-	if !ok {
-		return crdt.Register{}, fmt.Errorf("%w: owner region %q is not reachable (unknown address)", edge.ErrFailClosed, owner)
-	}
-	c, err := f.conn(owner, addr)
-	if err != nil {
-		return crdt.Register{}, fmt.Errorf("%w: dial %s: %v", edge.ErrFailClosed, owner, err)
-	}
 	var out readResponse
-	if err := c.Invoke(ctx, readMethod, &readRequest{Proto: forwardProto, From: f.self, User: user, Item: item}, &out); err != nil {
-		return crdt.Register{}, fmt.Errorf("%w: read at %s: %v", edge.ErrFailClosed, owner, err)
+	if err := f.call(ctx, owner, readMethod, "read at", &readRequest{Proto: forwardProto, From: f.self, User: user, Item: item}, &out); err != nil {
+		return crdt.Register{}, err
 	}
 	if out.Register.State > crdt.Erased {
 		return crdt.Register{}, fmt.Errorf("%w: %s answered state %d", edge.ErrFailClosed, owner, out.Register.State)

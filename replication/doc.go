@@ -4,9 +4,16 @@
 //
 // Roles:
 //
-//   - Shipper (sending side): one goroutine loop per peer, reading a Source
-//     (this region's store) and pushing Batches through a Transport
-//     (GRPCTransport in production).
+//   - Sender: the shipping protocol towards one peer as a steppable,
+//     thread-unsafe core (no goroutines, timers or locks; as raft's RawNode
+//     under Node): Next says what to push (the handshake, or a batch read from
+//     a Source in the order that keeps the watermark honest), Acked adopts the
+//     peer's answer, Refused shrinks the batch limits, AntiEntropy runs a
+//     digest round through the push and digest functions it is given. The
+//     simulation drives Senders directly over its simulated network.
+//   - Shipper (sending side): one goroutine loop per peer driving a Sender,
+//     reading a Source (this region's store) and pushing Batches through a
+//     Transport (GRPCTransport in production), with backoff and polling.
 //   - Server (receiving side): a hand-written gRPC service
 //     likes.replication.v1.Replication with unary Push(Batch) → Cursor and
 //     Digest(DigestRequest) → DigestResponse, applying pushes to a Sink (this

@@ -320,8 +320,9 @@ func (s *Shipper) Close() error {
 	return nil
 }
 
-// peerLoop ships to one peer. Fields below mu are shared with Stats; the
-// rest belong to the loop goroutine.
+// peerLoop ships to one peer: it drives a Sender with the transport, the
+// clock and backoff. Fields below mu are shared with Stats; the rest belong to
+// the loop goroutine.
 type peerLoop struct {
 	s      *Shipper
 	peer   Peer
@@ -329,19 +330,13 @@ type peerLoop struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	kick   chan struct{}
+	snd    *Sender
+	// base is the stats of earlier loops to the same region: the Sender's
+	// counters start at zero in every loop.
+	base PeerStats
 
 	mu sync.Mutex
 	st PeerStats
-
-	cur        Cursor // the peer's cursor as last acknowledged
-	handshaken bool
-	heads      []uint64
-	start      int // partition to read first (rotates, for fairness)
-	maxEvents  int // current limits (halved on ResourceExhausted)
-	maxCells   int
-	okStreak   int
-	lastWm     int64 // watermark the peer acknowledged
-	cellsDone  bool  // the last batch carried every cell change
 }
 
 func (s *Shipper) newLoop(p Peer, prev PeerStats) *peerLoop {
@@ -351,8 +346,8 @@ func (s *Shipper) newLoop(p Peer, prev PeerStats) *peerLoop {
 	return &peerLoop{
 		s: s, peer: p, ctx: ctx, cancel: cancel,
 		done: make(chan struct{}), kick: make(chan struct{}, 1),
-		st:        st,
-		maxEvents: s.cfg.MaxEvents, maxCells: s.cfg.MaxCells,
+		st: st, base: prev,
+		snd: NewSender(s.cfg.Region, s.cfg.MaxEvents, s.cfg.MaxCells),
 	}
 }
 
@@ -388,7 +383,7 @@ func (l *peerLoop) run() {
 				aeDue = true
 			default:
 			}
-			if aeDue && l.cellsDone {
+			if aeDue && l.snd.CellsCaughtUp() {
 				err = l.antiEntropy()
 				if err == nil {
 					aeDue = false
@@ -419,172 +414,93 @@ func (l *peerLoop) run() {
 	}
 }
 
-// step performs the handshake or builds and pushes one batch. more reports
-// that the source had more than one batch could carry.
+// step pushes what the Sender says is next. more reports that the source had
+// more than one batch could carry and the peer made progress.
 func (l *peerLoop) step() (more bool, err error) {
-	cfg := &l.s.cfg
-	parts := cfg.Source.Partitions()
-	if !l.handshaken {
-		cur, err := l.push(Batch{From: cfg.Region, Partitions: parts})
-		if err != nil {
-			return false, err
-		}
-		l.handshaken = true
-		l.heads = make([]uint64, parts)
-		l.adopt(cur, parts, func(st *PeerStats) { st.Handshaken = true })
-		return true, nil
-	}
-	b, more, err := l.build(parts)
+	b, send, more, err := l.snd.Next(l.ctx, l.s.cfg.Source)
 	if err != nil {
 		return false, &localError{fmt.Errorf("read local source: %w", err)}
 	}
-	if len(b.Parts) == 0 && len(b.Cells) == 0 && b.CellsThrough == l.cur.Cells && b.Watermark <= l.lastWm {
-		l.note(func(st *PeerStats) { st.CellsCaughtUp = l.cellsDone })
+	if !send {
+		l.note(false, nil)
 		return false, nil // nothing new
 	}
-	before := l.cur
-	cur, err := l.push(b)
+	cur, err := l.push(l.ctx, b)
 	if err != nil {
-		if isTooLarge(err) {
-			l.maxEvents = max(1, l.maxEvents/2)
-			l.maxCells = max(1, l.maxCells/2)
-			l.okStreak = 0
-		}
+		l.snd.Refused(err)
 		return false, err
 	}
-	if l.okStreak++; l.okStreak >= 16 {
-		l.okStreak = 0
-		l.maxEvents = min(cfg.MaxEvents, l.maxEvents*2)
-		l.maxCells = min(cfg.MaxCells, l.maxCells*2)
-	}
-	if b.Watermark != 0 && b.CellsAfter <= cur.Cells && cur.Cells >= b.CellsThrough {
-		l.lastWm = max(l.lastWm, b.Watermark)
-	}
-	events := 0
-	for _, pb := range b.Parts {
-		events += len(pb.Events)
-	}
-	l.adopt(cur, parts, func(st *PeerStats) {
-		st.Pushes++
-		st.EventsShipped += uint64(events)
-		st.CellsShipped += uint64(len(b.Cells))
-		st.CellsCaughtUp = l.cellsDone
-		st.Watermark = l.lastWm
-	})
+	progressed := l.snd.Acked(b, cur)
+	l.note(true, nil)
 	// Loop again at once only while the peer makes progress: a receiver that
 	// keeps refusing (a gap it reports, a stuck store) is retried at poll pace.
-	return more && progressed(before, l.cur), nil
+	return more && progressed, nil
 }
 
-func progressed(before, after Cursor) bool {
-	if after.Cells > before.Cells {
-		return true
-	}
-	for i := range after.Log {
-		if i < len(before.Log) && after.Log[i] > before.Log[i] {
-			return true
-		}
-	}
-	return false
-}
-
-// build reads the source in the order that makes the watermark honest: the
-// watermark first, then the log, then the cell changes. The watermark is
-// attached only when the cell changes were read to the end, so every cell
-// change it vouches for is in this batch or acknowledged before it.
-func (l *peerLoop) build(parts int) (Batch, bool, error) {
-	cfg := &l.s.cfg
-	ctx := l.ctx
-	b := Batch{From: cfg.Region, Partitions: parts, CellsAfter: l.cur.Cells}
-	wm, err := cfg.Source.OwnWatermark(ctx)
-	if err != nil {
-		return b, false, err
-	}
-	more := false
-	budget := l.maxEvents
-	for i := 0; i < parts; i++ {
-		if budget <= 0 {
-			more = true
-			break
-		}
-		p := (l.start + i) % parts
-		after := l.cur.Log[p]
-		evs, head, err := cfg.Source.Read(ctx, uint32(p), after, budget)
-		if err != nil {
-			return b, false, err
-		}
-		l.heads[p] = head.Pos
-		if len(evs) == 0 {
-			continue
-		}
-		if len(evs) > budget {
-			return b, false, fmt.Errorf("source returned %d events of partition %d, asked for %d", len(evs), p, budget)
-		}
-		if len(evs) == budget {
-			more = true
-		}
-		budget -= len(evs)
-		last := evs[len(evs)-1].Pos
-		l.heads[p] = max(l.heads[p], last)
-		b.Parts = append(b.Parts, PartBatch{Partition: uint32(p), Events: evs, Through: last, After: after})
-	}
-	l.start = (l.start + 1) % parts
-	cells, through, err := cfg.Source.CellChanges(ctx, l.cur.Cells, l.maxCells)
-	if err != nil {
-		return b, false, err
-	}
-	b.Cells = cells
-	b.CellsThrough = max(through, l.cur.Cells)
-	l.cellsDone = len(cells) < l.maxCells
-	if l.cellsDone {
-		b.Watermark = wm
-	} else {
-		more = true
-	}
-	return b, more, nil
-}
-
-func (l *peerLoop) push(b Batch) (Cursor, error) {
-	ctx, cancel := context.WithTimeout(l.ctx, l.s.cfg.PushTimeout)
+func (l *peerLoop) push(ctx context.Context, b Batch) (Cursor, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.s.cfg.PushTimeout)
 	defer cancel()
 	return l.s.cfg.Transport.Push(ctx, l.peer, b)
 }
 
-// adopt takes the peer's cursor as the truth (even when it went back: the
-// peer restored an older state, and resending is harmless) and records stats.
-func (l *peerLoop) adopt(cur Cursor, parts int, f func(*PeerStats)) {
-	l.cur = normalize(cur, parts)
-	var lag uint64
-	for p, h := range l.heads {
-		if h > l.cur.Log[p] {
-			lag += h - l.cur.Log[p]
-		}
+func (l *peerLoop) digest(ctx context.Context, req DigestRequest) (DigestResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.s.cfg.PushTimeout)
+	defer cancel()
+	return l.s.cfg.Transport.Digest(ctx, l.peer, req)
+}
+
+// antiEntropy runs one digest round through the Sender (see
+// Sender.AntiEntropy) and records it.
+func (l *peerLoop) antiEntropy() error {
+	res, err := l.snd.AntiEntropy(l.ctx, l.s.cfg.Source, l.digest, l.push)
+	l.note(res.Repaired > 0, func(st *PeerStats) { st.CellsRepaired += uint64(res.Repaired) })
+	if err != nil {
+		return err
 	}
 	now := l.s.cfg.Clock.Now()
-	l.note(func(st *PeerStats) {
+	l.note(true, func(st *PeerStats) {
+		st.DigestRounds++
+		st.LastDigest = now
+	})
+	if res.Repaired > 0 {
+		l.s.cfg.Logger.Info("replication: anti-entropy repaired cells", "peer", l.peer.Region,
+			"buckets", res.Mismatched, "cells", res.Repaired)
+	}
+	return nil
+}
+
+// note copies the Sender's state into the shared stats, records a success
+// of the peer when ok, then applies f.
+func (l *peerLoop) note(ok bool, f func(*PeerStats)) {
+	ss := l.snd.State()
+	now := l.s.cfg.Clock.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := &l.st
+	if ok {
 		if st.Consecutive > 0 {
 			l.s.cfg.Logger.Info("replication: peer recovered", "peer", l.peer.Region, "after_failures", st.Consecutive)
 		}
-		st.Acked = normalize(l.cur, parts)
-		st.Heads = append(st.Heads[:0:0], l.heads...)
-		st.LagEvents = lag
 		st.Consecutive = 0
 		st.LastSuccess = now
-		if f != nil {
-			f(st)
-		}
-	})
-}
-
-func (l *peerLoop) note(f func(*PeerStats)) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	f(&l.st)
+	}
+	st.Handshaken = ss.Handshaken
+	st.Acked = ss.Acked
+	st.Heads = ss.Heads
+	st.LagEvents = ss.LagEvents
+	st.CellsCaughtUp = ss.CellsCaughtUp
+	st.Watermark = ss.Watermark
+	st.Pushes = l.base.Pushes + ss.Pushes
+	st.EventsShipped = l.base.EventsShipped + ss.EventsShipped
+	st.CellsShipped = l.base.CellsShipped + ss.CellsShipped
+	if f != nil {
+		f(st)
+	}
 }
 
 func (l *peerLoop) failed(err error) {
 	now := l.s.cfg.Clock.Now()
-	l.note(func(st *PeerStats) {
+	l.note(false, func(st *PeerStats) {
 		if st.Consecutive == 0 {
 			l.s.cfg.Logger.Warn("replication: peer failing", "peer", l.peer.Region, "addr", l.peer.GRPCAddr, "err", err)
 		}

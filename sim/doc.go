@@ -11,11 +11,11 @@
 // MergeCells) and answers digests; authority decisions are epoch.Decide.
 // Simulated: time (one clock.Fake), the network (a message queue per directed
 // link), etcd (a global pin table; each region has its own view of it and a
-// proof time, which stop while the region is cut off from etcd), the shippers
-// (batches built from the sender's Source exactly as replication.Shipper
-// builds them: watermark first, then the log after the peer's cursor, then
-// the cell changes; the watermark only when every cell change is included),
-// the clients, and the API's relay of an erasure request to the user's home
+// proof time, which stop while the region is cut off from etcd), the
+// shippers' goroutines and timers (each region drives the real
+// replication.Sender per peer: its batches travel as messages, its answers
+// come back as replies that may be lost, duplicated or reordered, and its
+// anti-entropy rounds run synchronously), the clients, and the API's relay of an erasure request to the user's home
 // (a region whose pin view says it is not the owner relays the request to the
 // owner it names; 503 when that owner is unreachable, outcome unknown when the
 // relay's answer is lost).

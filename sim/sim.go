@@ -194,6 +194,13 @@ func Run(opts Options) (st Stats, err error) {
 	// Healing ships with production-sized batches; the schedule used small
 	// ones to exercise partial batches.
 	s.k.MaxEvents, s.k.MaxCells = max(s.k.MaxEvents, 256), max(s.k.MaxCells, 256)
+	for _, r := range s.regions {
+		for _, snd := range r.out {
+			if snd != nil {
+				snd.SetLimits(s.k.MaxEvents, s.k.MaxCells)
+			}
+		}
+	}
 	s.heal()
 	s.checkFinal()
 	return s.stats, nil
@@ -252,7 +259,7 @@ type region struct {
 	view   []epoch.Pin
 	proof  time.Time // last keepalive / table confirmation (zero: none)
 
-	out []*peerView // shipping state per peer (nil for self)
+	out []*replication.Sender // the shipping protocol per peer (nil for self)
 	// written[item][user] is the newest version this region wrote (durability).
 	written [][]crdt.Register
 	// eraseErr is the last error of the eraser while healing.
@@ -333,7 +340,7 @@ func (s *sim) must(err error, what string) {
 func (s *sim) start() {
 	for i, name := range s.names {
 		r := &region{idx: i, name: name, fs: vfs.NewCrashableMem(), etcdUp: true}
-		r.out = make([]*peerView, len(s.names))
+		r.out = make([]*replication.Sender, len(s.names))
 		r.written = make([][]crdt.Register, len(s.items))
 		for j := range r.written {
 			r.written[j] = make([]crdt.Register, len(s.users))
@@ -386,7 +393,7 @@ func (s *sim) open(r *region) {
 	s.must(err, "new server")
 	for i := range r.out {
 		if i != r.idx {
-			r.out[i] = &peerView{}
+			r.out[i] = replication.NewSender(r.name, s.k.MaxEvents, s.k.MaxCells)
 		}
 	}
 	r.view = make([]epoch.Pin, s.k.Ranges)

@@ -269,12 +269,15 @@ type Group struct {
 	once   sync.Once
 }
 
-// NewGroup creates and starts the aggregators of every partition of cfg.Log.
+// NewGroup creates and starts the aggregators of every partition of cfg.Log;
+// they run until Close.
 func NewGroup(ctx context.Context, cfg Config) (*Group, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	// ctx is for setup only: the loops run until Close (an ordered shutdown
+	// stops them after the writers, not when the caller's context ends).
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	g := &Group{cancel: cancel}
 	for p := 0; p < cfg.Log.Partitions(); p++ {
 		a, err := NewAggregator(cfg, uint32(p))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"likes/catchup"
 	"log/slog"
 	"net"
 	"sync"
@@ -107,8 +108,9 @@ type clusterParts struct {
 	transport  *replication.GRPCTransport
 	shipper    *replication.Shipper
 	forwarder  *api.Forwarder
-	catchUp    *catchUp
-	svc        *edge.Service // set by serve, before the gRPC server starts
+	catchUp    *catchup.Loop
+	liveDir    catchup.Directory // the live regions, for the heal's inbound check
+	svc        *edge.Service     // set by serve, before the gRPC server starts
 	serving    bool
 	once       sync.Once
 }
@@ -207,7 +209,12 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 	rs, err := replication.NewServer(replication.ServerConfig{
 		Region: name, Partitions: st.Partitions(), Sink: st, Logger: log, Regions: c.Regions,
 		MaxEpoch: p.maxEpoch,
-		Fencer:   &fencer{pins: p.authority, service: func() *edge.Service { return p.svc }, log: sourceHeads{st}},
+		Fencer: &catchup.Fencer{Pins: p.authority, Log: catchup.SourceHeads(st), Writes: func() catchup.Quiescer {
+			if p.svc == nil {
+				return nil
+			}
+			return p.svc
+		}},
 	})
 	if err != nil {
 		return fail(err)
@@ -239,10 +246,15 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 		return fail(err)
 	}
 	p.forwarder = api.NewForwarder(name, p.resolve, creds)
-	p.catchUp = startCatchUp(catchUpConfig{
+	barrier, err := catchup.NewBarrier(catchup.Config{
 		Self: name, Partitions: st.Partitions(), Pins: p.authority, Dir: dir, Cursors: st,
 		Asker: p.transport, Resolve: p.resolve, Clock: clk, Logger: log,
 	})
+	if err != nil {
+		return fail(err)
+	}
+	p.liveDir = dir
+	p.catchUp = catchup.Start(barrier, clk, 0)
 	return p, nil
 }
 
@@ -431,3 +443,10 @@ func (p *clusterParts) home(user string) (owner string, self bool, err error) {
 	}
 	return owner, false, nil
 }
+
+// The production implementations of what the planned-move barrier consumes.
+var (
+	_ catchup.HeadsAsker = (*replication.GRPCTransport)(nil)
+	_ catchup.PinTable   = (*epoch.Authority)(nil)
+	_ catchup.Directory  = (*epoch.Directory)(nil)
+)

@@ -15,12 +15,12 @@
 //
 // With a Cluster (DESIGN section 5) the region also runs: its etcd lease, the
 // pin Authority, the failover Controller, the gRPC replication and forwarding
-// services, memberlist, the Shipper, and the planned-move barrier (catchup.go:
-// the new owner of a planned move asks every live region for its log heads,
-// waits for its replication cursors to reach them, then settles the pin; the
-// fencer answers those questions here, after its writes in flight under the
-// old epoch have reached the log). Each of these owns one loop, closed by
-// Close.
+// services, memberlist, the Shipper, and the planned-move barrier (package
+// catchup: the new owner of a planned move asks every live region for its log
+// heads, waits for its replication cursors to reach them, then settles the
+// pin; the catchup.Fencer answers those questions here, after its writes in
+// flight under the old epoch have reached the log). Each of these owns one
+// loop, closed by Close.
 //
 // Lifecycle: Open starts every component; Close stops them in dependency order
 // (API callers first, then the eraser, the aggregators, the count reader, the

@@ -39,9 +39,9 @@ func (a *admin) inboundQuiescent(ctx context.Context, wait time.Duration) error 
 	for _, n := range a.r.cfg.Cluster.Regions {
 		names[n] = ""
 	}
-	if c.catchUp != nil && c.catchUp.cfg.Dir != nil {
+	if c.liveDir != nil {
 		rctx, cancel := context.WithTimeout(ctx, inboundCall)
-		live, err := c.catchUp.cfg.Dir.Regions(rctx)
+		live, err := c.liveDir.Regions(rctx)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("%w: cannot list the live regions: %w", ErrNotQuiescent, err)

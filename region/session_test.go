@@ -213,8 +213,10 @@ func TestLoadgenSessionReads(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three regions and etcd")
 	}
-	b := sessionLoad(t, 2*time.Second, 4)
-	if b.Reads < 20 || b.Wrong != 0 || b.Errors != 0 {
+	// The read count depends on the machine's speed (7 in 2 s on a loaded
+	// 2-core machine): the assertion is that none is wrong or failed.
+	b := sessionLoad(t, 3*time.Second, 4)
+	if b.Reads < 5 || b.Wrong != 0 || b.Errors != 0 {
 		t.Fatalf("button reads after writes: %+v; want some, none wrong or failed", b)
 	}
 	t.Logf("button reads at eu after writes at us: %d, by source %v", b.Reads, b.BySource)

@@ -32,7 +32,10 @@
 // a small inline limit and per-tick budget, so jobs outlive Start and meet
 // faults; a done job purges the user), steps aggregators, ships, loses,
 // duplicates or reorders messages, cuts links, cuts regions off
-// from etcd, moves pins (planned drains with a catch-up barrier; unplanned
+// from etcd, moves pins (planned drains whose pin waits, CatchUp set, for
+// the new owner's real catchup.Barrier, stepped by the schedule, to settle it
+// through the simulated etcd and the asked regions' real Heads service and
+// catchup.Fencer; unplanned
 // failovers whose new owner starts at notBefore without the old owner's
 // unreplicated tail, while the old owner is cut off from etcd, isolated from
 // its peers or dead), runs anti-entropy rounds, syncs WALs, crashes and

@@ -156,26 +156,3 @@ func (s *sim) antiEntropy() {
 	s.stats.AntiEntropy++
 	s.tracef("anti-entropy %s→%s: %d buckets differ, %d cells repaired", a.name, b.name, res.Mismatched, res.Repaired)
 }
-
-// barrier ships a's whole log to b (a planned move's catch-up).
-func (s *sim) barrier(a, b *region) {
-	for i := 0; ; i++ {
-		if i > 100000 {
-			s.failf("barrier %s→%s never caught up", a.name, b.name)
-		}
-		s.shipDirect(a, b)
-		cur, err := b.st.Cursor(s.ctx, a.name)
-		s.must(err, "cursor")
-		done := true
-		for p := 0; p < s.k.Partitions; p++ {
-			_, h, err := a.st.Read(s.ctx, uint32(p), ^uint64(0), 1)
-			s.must(err, "head")
-			if cur.Log[p] < h.Pos {
-				done = false
-			}
-		}
-		if done {
-			return
-		}
-	}
-}

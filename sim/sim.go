@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"likes/catchup"
 	"likes/clock"
 	"likes/crdt"
 	"likes/edge"
@@ -59,6 +60,7 @@ type Stats struct {
 	Partitions     int
 	EtcdCuts       int
 	PlannedMoves   int
+	Settled        int // planned moves whose barrier settled the pin
 	UnplannedMoves int
 	Chains         int // unplanned A→B→C moves (three distinct regions, writes in each epoch)
 	Crashes        int
@@ -98,6 +100,7 @@ type Knobs struct {
 	WWrite, WStep, WSend, WDeliver, WClock, WPartition, WEtcd  int
 	WPlanned, WUnplanned, WCrash, WRestart, WSync, WCheck, WAE int
 	WRetract, WErase, WEraseTick                               int
+	WCatchUp                                                   int // step a region's planned-move barrier
 
 	PDrop, PDup, PReorder float64 // per delivery
 	PLostReply            float64 // per accepted forwarded or local request
@@ -149,6 +152,7 @@ func drawKnobs(r *rand.Rand) Knobs {
 	k.EraseInline = 1 + r.IntN(4)
 	k.EraseRate = 1 + r.IntN(4)
 	k.MaxErased = 1 + r.IntN(4)
+	k.WCatchUp = 1 + r.IntN(6)
 	return k
 }
 
@@ -251,9 +255,11 @@ type region struct {
 	svc  *edge.Service
 	aggs []*pipeline.Aggregator
 	srv  *replication.Server
-	er   *edge.Eraser // stepped by hand (EraserConfig.Manual)
-	ov   *overlay
-	inc  int // incarnation: grows on every crash
+	// barrier is the region's planned-move barrier (stepped by the schedule).
+	barrier *catchup.Barrier
+	er      *edge.Eraser // stepped by hand (EraserConfig.Manual)
+	ov      *overlay
+	inc     int // incarnation: grows on every crash
 
 	etcdUp bool
 	view   []epoch.Pin
@@ -389,7 +395,10 @@ func (s *sim) open(r *region) {
 		}, uint32(p))
 		s.must(err, "new aggregator")
 	}
-	r.srv, err = replication.NewServer(replication.ServerConfig{Region: r.name, Partitions: s.k.Partitions, Sink: st})
+	var fencer *catchup.Fencer
+	r.barrier, fencer = s.newBarrier(r)
+	r.srv, err = replication.NewServer(replication.ServerConfig{Region: r.name, Partitions: s.k.Partitions, Sink: st,
+		Fencer: fencer})
 	s.must(err, "new server")
 	for i := range r.out {
 		if i != r.idx {
@@ -422,7 +431,7 @@ func (s *sim) act() {
 	k := &s.k
 	ws := []int{k.WWrite, k.WStep, k.WSend, k.WDeliver, k.WClock, k.WPartition, k.WEtcd,
 		k.WPlanned, k.WUnplanned, k.WCrash, k.WRestart, k.WSync, k.WCheck, k.WAE,
-		k.WRetract, k.WErase, k.WEraseTick}
+		k.WRetract, k.WErase, k.WEraseTick, k.WCatchUp}
 	total := 0
 	for _, w := range ws {
 		total += w
@@ -467,6 +476,8 @@ func (s *sim) act() {
 		s.eraseRequest()
 	case 16:
 		s.eraseTick()
+	case 17:
+		s.catchUpStep()
 	}
 }
 
@@ -597,7 +608,8 @@ func (s *sim) chooseRange() int {
 
 func (s *sim) movePin(g int, to string, notBefore time.Time, planned bool) epoch.Pin {
 	cur := s.current(g)
-	p := epoch.Pin{Range: uint32(g), Region: to, Epoch: cur.Epoch + 1, NotBefore: notBefore}
+	p := epoch.Pin{Range: uint32(g), Region: to, Epoch: cur.Epoch + 1, NotBefore: notBefore,
+		CatchUp: planned, From: cur.Region}
 	s.pins[g] = append(s.pins[g], pinRec{pin: p, planned: planned, from: cur.Region})
 	s.lastMove[g] = s.step
 	// Regions connected to etcd see the watch event at once.
@@ -618,9 +630,10 @@ func (s *sim) idx(name string) int {
 	return -1
 }
 
-// plannedMove drains a range to another region: the old owner stops (it sees
-// the move), its log is shipped to the new owner (a barrier), and the new
-// owner starts at once.
+// plannedMove drains a range to another region: the pin moves with CatchUp
+// set, so neither region writes the range until the new owner's barrier
+// (catchUpStep) has applied every live region's log and the old owner's, and
+// settles it.
 func (s *sim) plannedMove() {
 	g := s.chooseRange()
 	cur := s.current(g)
@@ -637,7 +650,6 @@ func (s *sim) plannedMove() {
 		nb = cur.NotBefore
 	}
 	s.movePin(g, to.name, nb, true)
-	s.barrier(from, to)
 	s.stats.PlannedMoves++
 	s.tracef("planned move range %d %s→%s epoch %d", g, from.name, to.name, s.current(g).Epoch)
 }
@@ -814,6 +826,11 @@ func (s *sim) heal() {
 	s.clk.Advance(2 * time.Second)
 	s.refreshEtcd()
 	s.quiesce()
+	for g := range s.pins {
+		if p := s.current(g); p.CatchUp {
+			s.failf("range %d: the planned move to %s (epoch %d) never settled after healing", g, p.Region, p.Epoch)
+		}
+	}
 }
 
 // quiesce steps every aggregator to its head and ships every link directly
@@ -838,6 +855,11 @@ func (s *sim) quiesce() {
 						break
 					}
 				}
+			}
+		}
+		for _, r := range s.regions {
+			if !r.down() && r.barrier.Step(s.ctx) {
+				progress = true
 			}
 		}
 		if s.runErasers() {

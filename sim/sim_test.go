@@ -270,6 +270,7 @@ func addStats(a, b Stats) Stats {
 	a.Partitions += b.Partitions
 	a.EtcdCuts += b.EtcdCuts
 	a.PlannedMoves += b.PlannedMoves
+	a.Settled += b.Settled
 	a.UnplannedMoves += b.UnplannedMoves
 	a.Chains += b.Chains
 	a.Crashes += b.Crashes

@@ -1,4 +1,4 @@
-package region
+package catchup
 
 import (
 	"context"
@@ -76,10 +76,10 @@ func (f fakeCursors) Cursor(_ context.Context, from string) (replication.Cursor,
 }
 
 var (
-	_ pinTable     = (*fakePins)(nil)
-	_ pinDirectory = (*fakePins)(nil)
-	_ headsAsker   = fakeHeads(nil)
-	_ cursorReader = fakeCursors(nil)
+	_ PinTable     = (*fakePins)(nil)
+	_ Directory    = (*fakePins)(nil)
+	_ HeadsAsker   = fakeHeads(nil)
+	_ CursorReader = fakeCursors(nil)
 )
 
 // The barrier settles a planned move only once "us" has applied, through
@@ -97,37 +97,40 @@ func TestCatchUpWaitsForTheOldOwner(t *testing.T) {
 	heads := fakeHeads{"ap": {5, 0}}
 	cursors := fakeCursors{"ap": {5, 0}, "eu": {1, 1}}
 	addrs := map[string]string{}
-	c := &catchUp{cfg: catchUpConfig{
+	c, err := NewBarrier(Config{
 		Self: "us", Partitions: 2, Pins: pins, Dir: pins, Cursors: cursors, Asker: heads,
 		Resolve: func(r string) (string, bool) { a, ok := addrs[r]; return a, ok },
 		Clock:   clock.NewFake(time.Unix(1_700_000_000, 0)), CallTimeout: time.Second,
-	}}
-	c.cfg.Logger = discardLogger()
-	if c.step(ctx) {
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Step(ctx) {
 		t.Fatal("settled without the old owner's heads (eu has no address)")
 	}
-	if w, _ := c.check(ctx, c.round); len(w) != 1 || !strings.HasPrefix(w[0], "eu (no address") {
+	if w, _ := c.Waiting(ctx); len(w) != 1 || !strings.HasPrefix(w[0], "eu (no address") {
 		t.Fatalf("waiting for %v, want eu only", w)
 	}
 	addrs["eu"] = "eu:1" // eu is back (gossip knows it) and answers its heads
 	heads["eu"] = []uint64{4, 2}
-	if c.step(ctx) {
+	if c.Step(ctx) {
 		t.Fatal("settled before the cursor from eu reached its heads")
 	}
 	cursors["eu"] = []uint64{4, 2}
-	if !c.step(ctx) {
-		t.Fatalf("not settled once caught up: waiting for %v", func() []string { w, _ := c.check(ctx, c.round); return w }())
+	if !c.Step(ctx) {
+		t.Fatalf("not settled once caught up: waiting for %v", func() []string { w, _ := c.Waiting(ctx); return w }())
 	}
 	if len(pins.settled) != 1 || pins.settled[0] != 3 || pins.pins[3].CatchUp {
 		t.Fatalf("settled %v, pin %+v", pins.settled, pins.pins[3])
 	}
-	if c.step(ctx) {
+	if c.Step(ctx) {
 		t.Fatal("a round without pending pins settled something")
 	}
 	// A read failure of the live regions keeps the range closed.
 	pins.pins[5] = epoch.Pin{Range: 5, Region: "us", Epoch: 3, CatchUp: true, From: "ap"}
 	pins.failRead = true
-	if c.step(ctx) {
+	if c.Step(ctx) {
 		t.Fatal("settled while the live regions could not be read")
 	}
 }
@@ -143,10 +146,8 @@ func TestReached(t *testing.T) {
 		{[]uint64{2, 1}, []uint64{1, 1}, true},
 		{[]uint64{0, 1}, []uint64{1, 1}, false},
 	} {
-		if got := reached(tc.cur, tc.heads); got != tc.want {
-			t.Errorf("reached(%v, %v) = %v", tc.cur, tc.heads, got)
+		if got := Reached(tc.cur, tc.heads); got != tc.want {
+			t.Errorf("Reached(%v, %v) = %v", tc.cur, tc.heads, got)
 		}
 	}
 }
-
-func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

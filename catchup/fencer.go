@@ -1,0 +1,71 @@
+package catchup
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"likes/replication"
+)
+
+// Quiescer waits for the writes in flight (edge.Service.Quiesce).
+type Quiescer interface {
+	Quiesce(ctx context.Context) error
+}
+
+// HeadReader reads this region's own-log heads.
+type HeadReader interface {
+	Partitions() int
+	Head(ctx context.Context, partition uint32) (uint64, error)
+}
+
+// Fencer answers Heads for this region (replication.Fencer): only once this
+// region has seen every asked pin (so it writes none of those ranges under an
+// older epoch any more) and its writes in flight have reached the log.
+type Fencer struct {
+	Pins interface {
+		Seen(rng uint32, ep uint64) bool
+	}
+	// Writes returns the region's write path, or nil while it is starting.
+	Writes func() Quiescer
+	Log    HeadReader
+}
+
+var _ replication.Fencer = (*Fencer)(nil)
+
+// Heads implements replication.Fencer.
+func (f *Fencer) Heads(ctx context.Context, pins []replication.PinRef) ([]uint64, error) {
+	for _, p := range pins {
+		if !f.Pins.Seen(p.Range, p.Epoch) {
+			return nil, fmt.Errorf("range %d epoch %d: %w", p.Range, p.Epoch, replication.ErrPinNotSeen)
+		}
+	}
+	w := f.Writes()
+	if w == nil {
+		return nil, fmt.Errorf("region is starting: %w", replication.ErrPinNotSeen)
+	}
+	if err := w.Quiesce(ctx); err != nil {
+		return nil, err
+	}
+	heads := make([]uint64, f.Log.Partitions())
+	for p := range heads {
+		h, err := f.Log.Head(ctx, uint32(p))
+		if err != nil {
+			return nil, err
+		}
+		heads[p] = h
+	}
+	return heads, nil
+}
+
+// SourceHeads reads log heads through a replication.Source.
+func SourceHeads(src replication.Source) HeadReader { return sourceHeads{src} }
+
+type sourceHeads struct{ src replication.Source }
+
+func (s sourceHeads) Partitions() int { return s.src.Partitions() }
+
+func (s sourceHeads) Head(ctx context.Context, p uint32) (uint64, error) {
+	_, h, err := s.src.Read(ctx, p, math.MaxUint64, 0)
+	return h.Pos, err
+}

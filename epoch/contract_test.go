@@ -13,6 +13,7 @@ func TestContractEmbedded(t *testing.T) {
 	t.Run("Directory", func(t *testing.T) { epochtest.RunDirectory(t, clients) })
 	t.Run("Authority", func(t *testing.T) { epochtest.RunAuthority(t, clients) })
 	t.Run("Controller", func(t *testing.T) { epochtest.RunController(t, clients) })
+	t.Run("Failback", func(t *testing.T) { epochtest.RunFailback(t, clients) })
 }
 
 // TestContractExternal runs the same suite against the etcd named by
@@ -22,4 +23,5 @@ func TestContractExternal(t *testing.T) {
 	t.Run("Directory", func(t *testing.T) { epochtest.RunDirectory(t, clients) })
 	t.Run("Authority", func(t *testing.T) { epochtest.RunAuthority(t, clients) })
 	t.Run("Controller", func(t *testing.T) { epochtest.RunController(t, clients) })
+	t.Run("Failback", func(t *testing.T) { epochtest.RunFailback(t, clients) })
 }

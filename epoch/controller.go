@@ -2,7 +2,9 @@ package epoch
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"sort"
 	"strings"
 	"sync"
@@ -35,6 +37,13 @@ type ControllerConfig struct {
 	Resync time.Duration
 	// Clock stamps notBefore (default clock.Real). Scheduling is real time.
 	Clock clock.Clock
+	// FailbackAfter is how long a range's home region (Home over Preference)
+	// must have been live, and not draining, before the range moves back to
+	// it as a planned move (default 30s; negative disables failback).
+	FailbackAfter time.Duration
+	// FailbackRate bounds failback moves per second over the cluster
+	// (default 10), so a returning region takes its ranges back gradually.
+	FailbackRate float64
 }
 
 // Controller runs automatic failover: it campaigns for leadership through an
@@ -48,9 +57,10 @@ type Controller struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu      sync.Mutex
-	leading bool
-	moves   int
+	mu        sync.Mutex
+	leading   bool
+	moves     int
+	failbacks int
 
 	closeOnce sync.Once
 }
@@ -84,6 +94,15 @@ func StartController(cli *clientv3.Client, cfg ControllerConfig) (*Controller, e
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
+	if cfg.FailbackAfter == 0 {
+		cfg.FailbackAfter = 30 * time.Second
+	}
+	if cfg.FailbackRate == 0 {
+		cfg.FailbackRate = 10
+	}
+	if cfg.FailbackRate < 0 {
+		return nil, fmt.Errorf("epoch: FailbackRate must be > 0, got %v", cfg.FailbackRate)
+	}
 	dir, err := NewDirectory(cli, cfg.Config)
 	if err != nil {
 		return nil, err
@@ -106,6 +125,13 @@ func (c *Controller) Moves() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.moves
+}
+
+// Failbacks is how many ranges this controller has moved back to their home.
+func (c *Controller) Failbacks() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.failbacks
 }
 
 // Close stops campaigning or leading (resigning, so another candidate takes
@@ -186,13 +212,22 @@ func (c *Controller) lead(ctx context.Context) {
 			continue
 		}
 		live := map[string]bool{}
+		fb := newFailback(c.cfg.FailbackRate, time.Now())
 		for _, kv := range resp.Kvs {
-			live[c.regionName(kv)] = true
+			name := c.regionName(kv)
+			live[name] = true
+			fb.seen(name, kv.Value, time.Now())
 		}
 		// Regions never seen alive get Grace; disappearances count at once.
 		absent := map[string]time.Time{}
 		start := time.Now()
-		c.reconcile(ctx, live, absent, start)
+		c.reconcile(ctx, live, fb, absent, start)
+		var fbTick <-chan time.Time
+		if c.cfg.FailbackAfter > 0 {
+			t := time.NewTicker(min(time.Second, c.cfg.FailbackAfter/2))
+			defer t.Stop()
+			fbTick = t.C
+		}
 
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		wch := c.cli.Watch(wctx, c.cfg.regionsPrefix(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
@@ -202,7 +237,9 @@ func (c *Controller) lead(ctx context.Context) {
 			case <-ctx.Done():
 				break watching
 			case <-tick.C:
-				c.reconcile(ctx, live, absent, start)
+				c.reconcile(ctx, live, fb, absent, start)
+			case <-fbTick:
+				c.failBack(ctx, live, fb)
 			case wr, ok := <-wch:
 				if !ok || wr.Canceled || wr.Err() != nil {
 					break watching
@@ -212,12 +249,14 @@ func (c *Controller) lead(ctx context.Context) {
 					if ev.Type == mvccpb.DELETE {
 						delete(live, name)
 						absent[name] = time.Time{} // dead now
+						fb.gone(name)
 					} else {
 						live[name] = true
 						delete(absent, name)
+						fb.seen(name, ev.Kv.Value, time.Now())
 					}
 				}
-				c.reconcile(ctx, live, absent, start)
+				c.reconcile(ctx, live, fb, absent, start)
 			}
 		}
 		cancel()
@@ -231,7 +270,7 @@ func (c *Controller) regionName(kv *mvccpb.KeyValue) string {
 
 // reconcile moves every range whose region is dead. absent maps a region to
 // when it was first found missing (zero: seen to disappear, dead at once).
-func (c *Controller) reconcile(ctx context.Context, live map[string]bool, absent map[string]time.Time, start time.Time) {
+func (c *Controller) reconcile(ctx context.Context, live map[string]bool, fb *failback, absent map[string]time.Time, start time.Time) {
 	pins, err := c.dir.Pins(ctx)
 	if err != nil {
 		return // next event or tick retries
@@ -249,7 +288,16 @@ func (c *Controller) reconcile(ctx context.Context, live map[string]bool, absent
 		if !since.IsZero() && now.Sub(since) < c.cfg.Grace {
 			continue
 		}
-		to := c.next(p.Region, live)
+		// A draining region is alive (its ranges are not failed over) but
+		// takes no new ones.
+		targets := live
+		if len(fb.draining) > 0 {
+			targets = map[string]bool{}
+			for r, ok := range live {
+				targets[r] = ok && !fb.draining[r]
+			}
+		}
+		to := c.next(p.Region, targets)
 		if to == "" {
 			continue // nobody to take it; retried when a region appears
 		}
@@ -288,4 +336,75 @@ func (c *Controller) next(dead string, live map[string]bool) string {
 		return ""
 	}
 	return names[0]
+}
+
+// failback is the leader's view for moving ranges home: since when each live
+// region has been registered (continuously, under its current lease key),
+// which are draining, and a token bucket of moves.
+type failback struct {
+	since    map[string]time.Time
+	draining map[string]bool
+	rate     float64
+	tokens   float64
+	last     time.Time
+}
+
+func newFailback(rate float64, now time.Time) *failback {
+	return &failback{since: map[string]time.Time{}, draining: map[string]bool{}, rate: rate, last: now}
+}
+
+// seen records a region key's value (a PUT or the initial read).
+func (f *failback) seen(name string, value []byte, now time.Time) {
+	if _, ok := f.since[name]; !ok {
+		f.since[name] = now
+	}
+	var ri RegionInfo
+	f.draining[name] = json.Unmarshal(value, &ri) == nil && ri.Draining
+}
+
+func (f *failback) gone(name string) {
+	delete(f.since, name)
+	delete(f.draining, name)
+}
+
+// take spends one move from the bucket (refilled at rate per second, at
+// most one second's worth banked).
+func (f *failback) take(now time.Time) bool {
+	f.tokens = min(max(1, f.rate), f.tokens+now.Sub(f.last).Seconds()*f.rate)
+	f.last = now
+	if f.tokens < 1 {
+		return false
+	}
+	f.tokens--
+	return true
+}
+
+// failBack moves ranges whose home region has been live and not draining
+// for FailbackAfter back to it, as planned moves (the home catches up on the
+// current owner's log before it writes), at most FailbackRate per second.
+// A range whose owner is dead is left to reconcile (failover); one still
+// catching up is left until it settles.
+func (c *Controller) failBack(ctx context.Context, live map[string]bool, f *failback) {
+	pins, err := c.dir.Pins(ctx)
+	if err != nil {
+		return // next tick retries
+	}
+	now := time.Now()
+	for _, p := range pins {
+		home := Home(p.Range, c.cfg.Preference)
+		if home == "" || home == p.Region || p.CatchUp || !live[p.Region] || !live[home] || f.draining[home] {
+			continue
+		}
+		if since, ok := f.since[home]; !ok || now.Sub(since) < c.cfg.FailbackAfter {
+			continue
+		}
+		if !f.take(now) {
+			return
+		}
+		if _, err := c.dir.Move(ctx, p.Range, p.Epoch, home, c.cfg.NotBefore(c.cfg.Clock.Now()), Planned()); err == nil {
+			c.mu.Lock()
+			c.failbacks++
+			c.mu.Unlock()
+		}
+	}
 }

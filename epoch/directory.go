@@ -75,6 +75,10 @@ type RegionInfo struct {
 	Name string `json:"name"`
 	HTTP string `json:"http,omitempty"`
 	GRPC string `json:"grpc,omitempty"`
+	// Draining is set by a region that is stopping gracefully
+	// (KeepAlive.SetDraining): it is handing its ranges off, so no range
+	// fails back to it and no drain picks it as a target.
+	Draining bool `json:"draining,omitempty"`
 }
 
 // validRegion rejects names that cannot be one key segment.

@@ -104,7 +104,10 @@ func (k *KeepAlive) register(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("epoch: grant lease for %s: %w", k.cfg.Region.Name, err)
 	}
-	if _, err := k.cli.Put(ctx, k.cfg.regionKey(k.cfg.Region.Name), k.value, clientv3.WithLease(g.ID)); err != nil {
+	k.mu.Lock()
+	value := k.value
+	k.mu.Unlock()
+	if _, err := k.cli.Put(ctx, k.cfg.regionKey(k.cfg.Region.Name), value, clientv3.WithLease(g.ID)); err != nil {
 		return fmt.Errorf("epoch: register %s: %w", k.cfg.Region.Name, err)
 	}
 	k.mu.Lock()
@@ -160,6 +163,30 @@ func (k *KeepAlive) tryRegister(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, k.cfg.TTL)
 	defer cancel()
 	_ = k.register(cctx) // failure: try again next tick
+}
+
+// SetDraining marks the registration as draining (RegionInfo.Draining), under
+// the same lease, so the Controller stops failing ranges back to this region
+// while it hands them off. It stays marked until the process ends: a region
+// that restarts registers afresh, not draining.
+func (k *KeepAlive) SetDraining(ctx context.Context) error {
+	ri := k.cfg.Region
+	ri.Draining = true
+	b, err := json.Marshal(ri)
+	if err != nil {
+		return err
+	}
+	k.mu.Lock()
+	k.value = string(b)
+	id := k.lease
+	k.mu.Unlock()
+	if id == clientv3.NoLease {
+		return fmt.Errorf("epoch: mark %s draining: %w", k.cfg.Region.Name, ErrNoLeaseProof)
+	}
+	if _, err := k.cli.Put(ctx, k.cfg.regionKey(k.cfg.Region.Name), string(b), clientv3.WithLease(id)); err != nil {
+		return fmt.Errorf("epoch: mark %s draining: %w", k.cfg.Region.Name, err)
+	}
+	return nil
 }
 
 // LastKeepalive is when the last acknowledged keepalive (or the grant) was

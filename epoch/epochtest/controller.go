@@ -106,6 +106,79 @@ func RunController(t *testing.T, newClient func(t *testing.T) *clientv3.Client) 
 	})
 }
 
+// RunFailback is the contract of moving ranges home.
+func RunFailback(t *testing.T, newClient func(t *testing.T) *clientv3.Client) {
+	t.Run("RangesComeHomeAsPlannedMovesNotWhileDraining", func(t *testing.T) {
+		t.Parallel()
+		cfg := Config(t, 6)
+		cli := newClient(t)
+		ctx := ctxFor(t)
+		d := newDir(t, cli, cfg)
+		if err := d.Init(ctx, 6, []string{"a", "b"}); err != nil {
+			t.Fatal(err)
+		}
+		ka := startKA(t, cli, cfg, "a", nil)
+		startKA(t, cli, cfg, "b", nil)
+		// a hands its ranges to b while it is draining.
+		if err := ka.SetDraining(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Drain(ctx, "a", "b", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		c, err := epoch.StartController(cli, epoch.ControllerConfig{Config: cfg, Name: "ctl", Preference: []string{"a", "b"},
+			FailbackAfter: 300 * time.Millisecond, FailbackRate: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		Eventually(t, 10*time.Second, "a leader", c.Leading)
+		// Well past FailbackAfter: a is live but draining, so nothing moves.
+		deadline := time.Now().Add(1500 * time.Millisecond)
+		for time.Now().Before(deadline) {
+			pins, err := d.Pins(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range pins {
+				if p.Region != "b" {
+					t.Fatalf("range %d moved to %s while its home a was draining", p.Range, p.Region)
+				}
+			}
+			if c.Failbacks() != 0 {
+				t.Fatalf("%d failbacks to a draining region", c.Failbacks())
+			}
+			ctxSleep(t, 50*time.Millisecond)
+		}
+		// a restarts: a fresh registration, not draining. After FailbackAfter
+		// its home ranges (even ones) move back as planned moves from b.
+		if err := ka.Close(); err != nil {
+			t.Fatal(err)
+		}
+		back := time.Now()
+		startKA(t, cli, cfg, "a", nil)
+		pins := waitPins(t, d, "a's home ranges to come back", func(p epoch.Pin) bool { return p.Region == epoch.Home(p.Range, []string{"a", "b"}) })
+		if waited := time.Since(back); waited < 300*time.Millisecond {
+			t.Fatalf("ranges came home %v after the region returned, before FailbackAfter", waited)
+		}
+		for _, p := range pins {
+			if p.Range%2 == 0 && (!p.CatchUp || p.From != "b" || p.Epoch != 3) {
+				t.Fatalf("failback of range %d is %+v, want a planned move from b at epoch 3", p.Range, p)
+			}
+		}
+		if c.Failbacks() != 3 || c.Moves() != 0 {
+			t.Fatalf("failbacks %d, failovers %d; want 3 and 0", c.Failbacks(), c.Moves())
+		}
+	})
+}
+
+func ctxSleep(t testing.TB, d time.Duration) {
+	t.Helper()
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	<-tm.C
+}
+
 // waitPins polls until every pin satisfies ok and returns them.
 func waitPins(t testing.TB, d *epoch.Directory, what string, ok func(epoch.Pin) bool) []epoch.Pin {
 	t.Helper()

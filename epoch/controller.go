@@ -37,7 +37,10 @@ type ControllerConfig struct {
 	Resync time.Duration
 	// Clock stamps notBefore (default clock.Real). Scheduling is real time.
 	Clock clock.Clock
-	// FailbackAfter is how long a range's home region (Home over Preference)
+	// Homes lists the regions in the order Directory.Init was given, which
+	// makes each range's home (Home); default Preference.
+	Homes []string
+	// FailbackAfter is how long a range's home region (Home over Homes)
 	// must have been live, and not draining, before the range moves back to
 	// it as a planned move (default 30s; negative disables failback).
 	FailbackAfter time.Duration
@@ -93,6 +96,9 @@ func StartController(cli *clientv3.Client, cfg ControllerConfig) (*Controller, e
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
+	}
+	if len(cfg.Homes) == 0 {
+		cfg.Homes = cfg.Preference
 	}
 	if cfg.FailbackAfter == 0 {
 		cfg.FailbackAfter = 30 * time.Second
@@ -391,7 +397,7 @@ func (c *Controller) failBack(ctx context.Context, live map[string]bool, f *fail
 	}
 	now := time.Now()
 	for _, p := range pins {
-		home := Home(p.Range, c.cfg.Preference)
+		home := Home(p.Range, c.cfg.Homes)
 		if home == "" || home == p.Region || p.CatchUp || !live[p.Region] || !live[home] || f.draining[home] {
 			continue
 		}

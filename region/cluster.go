@@ -35,8 +35,14 @@ type Cluster struct {
 	Epoch epoch.Config
 	// Regions, when set, initializes the pins (round-robin) if none exist.
 	Regions []string
-	// Preference orders failover targets (default: Regions).
+	// Preference orders failover and hand-off targets (default: Regions).
 	Preference []string
+	// FailbackAfter is how long a range's home region (its place in Regions,
+	// as Init pinned it) must be registered and not draining before the range
+	// moves back to it as a planned move (default 30s; negative disables).
+	// FailbackRate bounds those moves per second (default 10).
+	FailbackAfter time.Duration
+	FailbackRate  float64
 	// GRPCListen is the replication + forwarding listen address (default 127.0.0.1:0).
 	GRPCListen string
 	// HTTPAdvertise is this region's public HTTP address, for tools.
@@ -109,7 +115,8 @@ type clusterParts struct {
 	shipper    *replication.Shipper
 	forwarder  *api.Forwarder
 	catchUp    *catchup.Loop
-	liveDir    catchup.Directory // the live regions, for the heal's inbound check
+	liveDir    *epoch.Directory // pins and live regions (the heal's inbound check, the hand-off)
+	pref       []string         // hand-off targets in order
 	svc        *edge.Service     // set by serve, before the gRPC server starts
 	serving    bool
 	once       sync.Once
@@ -191,7 +198,9 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 	if len(pref) == 0 {
 		pref = c.Regions
 	}
-	p.controller, err = epoch.StartController(c.Etcd, epoch.ControllerConfig{Config: ecfg, Name: name, Preference: pref, Clock: clk})
+	p.pref = pref
+	p.controller, err = epoch.StartController(c.Etcd, epoch.ControllerConfig{Config: ecfg, Name: name, Preference: pref,
+		Homes: c.Regions, Clock: clk, FailbackAfter: c.FailbackAfter, FailbackRate: c.FailbackRate})
 	if err != nil {
 		return fail(err)
 	}

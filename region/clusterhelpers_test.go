@@ -47,6 +47,9 @@ type triNode struct {
 	name string
 	r    *region.Region
 	srv  *httptest.Server
+	cfg  region.Config // to restart it (triCluster.restart)
+	addr string        // its HTTP listen address
+	down bool
 }
 
 // triCluster is three regions sharing one embedded etcd.
@@ -182,26 +185,14 @@ func startTriWith(t *testing.T, o triOpts) *triCluster {
 		if o.region != nil {
 			o.region(name, &cfg)
 		}
-		r, err := region.Open(context.Background(), cfg)
-		if err != nil {
-			t.Fatalf("open region %s: %v", name, err)
-		}
-		srv := httptest.NewUnstartedServer(r.API)
-		_ = srv.Listener.Close()
-		srv.Listener = ln
-		srv.Start()
-		t.Cleanup(func() {
-			srv.Close()
-			if err := r.Close(); err != nil {
-				t.Errorf("close region %s: %v", name, err)
-			}
-		})
+		n := &triNode{name: name, cfg: cfg, addr: ln.Addr().String()}
+		n.start(t, ln)
+		t.Cleanup(func() { n.stop(t) })
 		if seeds == nil {
-			if seeds = []string{r.GossipAddr()}; seeds[0] == "" {
+			if seeds = []string{n.r.GossipAddr()}; seeds[0] == "" {
 				t.Fatal("region us has no gossip address")
 			}
 		}
-		n := &triNode{name: name, r: r, srv: srv}
 		c.nodes = append(c.nodes, n)
 		c.byName[name] = n
 	}
@@ -228,6 +219,41 @@ func startTriWith(t *testing.T, o triOpts) *triCluster {
 		return ok, b.String()
 	})
 	return c
+}
+
+// start opens the node's region and serves its API on ln (nil: listen on
+// its address again).
+func (n *triNode) start(t *testing.T, ln net.Listener) {
+	t.Helper()
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", n.addr); err != nil {
+			t.Fatalf("listen again on %s: %v", n.addr, err)
+		}
+	}
+	r, err := region.Open(context.Background(), n.cfg)
+	if err != nil {
+		_ = ln.Close()
+		t.Fatalf("open region %s: %v", n.name, err)
+	}
+	srv := httptest.NewUnstartedServer(r.API)
+	_ = srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
+	n.r, n.srv, n.down = r, srv, false
+}
+
+// stop closes the node's HTTP server and region (idempotent).
+func (n *triNode) stop(t *testing.T) {
+	t.Helper()
+	if n.down {
+		return
+	}
+	n.down = true
+	n.srv.Close()
+	if err := n.r.Close(); err != nil {
+		t.Errorf("close region %s: %v", n.name, err)
+	}
 }
 
 // poll evaluates cond every 25ms until it holds, failing t with cond's last

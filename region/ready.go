@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -60,12 +61,26 @@ func (r *Region) Ready(ctx context.Context) error {
 var errDraining = errors.New("draining: the region is stopping")
 
 // Drain marks the region as stopping: /readyz answers 503 from now on, so a
-// load balancer sends new requests elsewhere while the ones in flight finish.
-// Idempotent.
+// load balancer sends new requests elsewhere while the ones in flight finish;
+// in a cluster the gRPC health service answers NOT_SERVING and the region's
+// registration in etcd says draining, so no range fails back to it and no
+// other region's hand-off picks it. Idempotent.
 func (r *Region) Drain() {
-	r.draining.Store(true)
-	if r.cluster != nil && r.cluster.health != nil {
+	if r.draining.Swap(true) {
+		return
+	}
+	if r.cluster == nil {
+		return
+	}
+	if r.cluster.health != nil {
 		r.cluster.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	}
+	if r.cluster.keepalive != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := r.cluster.keepalive.SetDraining(ctx); err != nil {
+			r.log.Warn("could not mark the region draining in etcd", "err", err)
+		}
 	}
 }
 

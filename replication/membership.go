@@ -67,6 +67,13 @@ type Membership struct {
 	self    Peer
 	changes chan struct{}
 
+	// view is the members as the event callbacks last told them: memberlist
+	// rewrites the Nodes that Members() points to in place (a node that
+	// restarts at a new address), so their fields are read only inside the
+	// callbacks, which run under memberlist's node lock, and copied here.
+	mu   sync.Mutex
+	view map[string]Member
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -103,7 +110,7 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 	if len(meta) > memberlist.MetaMaxSize {
 		return nil, fmt.Errorf("replication: node metadata is %d bytes, memberlist allows %d", len(meta), memberlist.MetaMaxSize)
 	}
-	m := &Membership{cfg: cfg, self: self, changes: make(chan struct{}, 1)}
+	m := &Membership{cfg: cfg, self: self, changes: make(chan struct{}, 1), view: map[string]Member{}}
 
 	mc := memberlist.DefaultLocalConfig()
 	mc.Name = cfg.NodeName
@@ -130,7 +137,7 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 		cfg.Tune(mc)
 	}
 	mc.Delegate = metaDelegate(meta)
-	mc.Events = eventNotifier{m.changes}
+	mc.Events = eventNotifier{m}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		return nil, fmt.Errorf("replication: start gossip on %s:%d: %w", cfg.BindAddr, cfg.BindPort, err)
@@ -160,19 +167,31 @@ func (m *Membership) Self() Peer { return m.self }
 // Members lists every live node, this one included, sorted by name. Nodes
 // whose metadata cannot be read are listed with an empty Peer.
 func (m *Membership) Members() []Member {
-	nodes := m.ml.Members()
-	out := make([]Member, 0, len(nodes))
-	for _, n := range nodes {
-		var meta nodeMeta
-		_ = json.Unmarshal(n.Meta, &meta)
-		out = append(out, Member{
-			Name: n.Name,
-			Addr: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))),
-			Peer: Peer(meta),
-		})
+	m.mu.Lock()
+	out := make([]Member, 0, len(m.view))
+	for _, mem := range m.view {
+		out = append(out, mem)
 	}
+	m.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// record copies a node's fields (called inside memberlist's callbacks).
+func (m *Membership) record(n *memberlist.Node, alive bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !alive {
+		delete(m.view, n.Name)
+		return
+	}
+	var meta nodeMeta
+	_ = json.Unmarshal(n.Meta, &meta)
+	m.view[n.Name] = Member{
+		Name: n.Name,
+		Addr: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))),
+		Peer: Peer(meta),
+	}
 }
 
 // Peers returns one endpoint per other region (excluding this node's region),
@@ -225,15 +244,16 @@ func (metaDelegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (metaDelegate) LocalState(join bool) []byte                { return nil }
 func (metaDelegate) MergeRemoteState(buf []byte, join bool)     {}
 
-// eventNotifier turns membership events into a coalesced signal.
-type eventNotifier struct{ ch chan struct{} }
+// eventNotifier copies membership events into the Membership's view and
+// turns them into a coalesced signal.
+type eventNotifier struct{ m *Membership }
 
 func (e eventNotifier) notify() {
 	select {
-	case e.ch <- struct{}{}:
+	case e.m.changes <- struct{}{}:
 	default:
 	}
 }
-func (e eventNotifier) NotifyJoin(*memberlist.Node)   { e.notify() }
-func (e eventNotifier) NotifyLeave(*memberlist.Node)  { e.notify() }
-func (e eventNotifier) NotifyUpdate(*memberlist.Node) { e.notify() }
+func (e eventNotifier) NotifyJoin(n *memberlist.Node)   { e.m.record(n, true); e.notify() }
+func (e eventNotifier) NotifyLeave(n *memberlist.Node)  { e.m.record(n, false); e.notify() }
+func (e eventNotifier) NotifyUpdate(n *memberlist.Node) { e.m.record(n, true); e.notify() }

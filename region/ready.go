@@ -57,6 +57,10 @@ func (r *Region) Ready(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// errAggregatorsStopped is the readiness failure of a region whose counting
+// pipeline is not running (counts it serves would stop moving).
+var errAggregatorsStopped = errors.New("aggregators: the counting pipeline is not running")
+
 // errDraining is the readiness failure of a region that is stopping.
 var errDraining = errors.New("draining: the region is stopping")
 

@@ -309,6 +309,12 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 	})
 	r.addClusterReadiness()
 	r.AddReadyCheck("storage", r.storageReady)
+	r.AddReadyCheck("aggregators", func(context.Context) error {
+		if r.aggStats() == nil {
+			return errAggregatorsStopped
+		}
+		return nil
+	})
 	r.API, err = api.New(api.Config{
 		Ready: r.Ready,
 		Admin: newAdmin(r),

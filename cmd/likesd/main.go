@@ -33,6 +33,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -281,6 +282,9 @@ type served struct {
 	srv  *http.Server
 	errc chan error
 	url  string
+	// handoff bounds the graceful stop's hand-off of the region's ranges
+	// (Region.Handoff) before HTTP shuts down; 0 skips it.
+	handoff time.Duration
 }
 
 func serveHTTP(r *region.Region, ln net.Listener, hs httpSettings) *served {
@@ -322,6 +326,7 @@ func waitAndStop(ctx context.Context, logger *slog.Logger, all []*served, after 
 	for _, s := range all {
 		s.r.Drain()
 	}
+	handOff(logger, all)
 	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, s := range all {
@@ -344,6 +349,34 @@ func waitAndStop(ctx context.Context, logger *slog.Logger, all []*served, after 
 		logger.Info("stopped cleanly")
 	}
 	return err
+}
+
+// handOff runs each region's hand-off (a graceful stop is a planned event:
+// its ranges move to other regions before it stops), bounded per region. HTTP
+// keeps serving meanwhile: writes to a moved range are forwarded to its new
+// owner, which answers 503 with Retry-After until it has caught up.
+func handOff(logger *slog.Logger, all []*served) {
+	var wg sync.WaitGroup
+	for _, s := range all {
+		if s.handoff <= 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), s.handoff)
+			defer cancel()
+			rep, err := s.r.Handoff(ctx)
+			if err != nil {
+				logger.Warn("graceful stop: hand-off incomplete; ranges not settled wait for this region to return (or likectl pins settle)",
+					"err", err, "moved", rep.Moved, "settled", rep.Settled, "behind", rep.Behind)
+				return
+			}
+			logger.Info("graceful stop: ranges handed off and log flushed", "moved", rep.Moved, "kept", rep.Kept,
+				"flushed", rep.Flushed, "took", rep.Took.Round(time.Millisecond))
+		}()
+	}
+	wg.Wait()
 }
 
 func watchRestart(ctx context.Context, all []*served, out chan<- error) {
@@ -511,6 +544,9 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	etcd := fs.String("etcd", "", "comma-separated etcd endpoints, e.g. http://127.0.0.1:2379 (required with several --regions; empty: a standalone region)")
 	peerAddrs := fs.String("peer-addrs", "", "region=host:port,… overriding the gRPC address used to reach a peer (e.g. through a proxy)")
 	antiEntropy := fs.Duration("anti-entropy", 30*time.Second, "replication anti-entropy digest interval")
+	failbackAfter := fs.Duration("failback-after", 30*time.Second, "how long a region must be back (registered, not draining) before the ranges it is home to move back to it as planned moves (negative: never)")
+	failbackRate := fs.Float64("failback-rate", 10, "failback moves per second over the cluster")
+	drainTimeout := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long to wait for the hand-off of this region's ranges (planned moves) and the shipper's flush before stopping anyway (0: stop at once, the ranges fail over)")
 	unsafe := fs.String("unsafe-break", "", "TESTING ONLY: switch guarantees off (fence,idempotency,lease) to prove the chaos checker fails")
 	c.sec.register(fs, true)
 	var peerSec peerSecurity
@@ -613,6 +649,7 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			GRPCListen: *grpcAddr, HTTPAdvertise: hs.scheme() + "://" + ln.Addr().String(),
 			GossipBind: gHost, GossipPort: gPort, Seeds: seedList,
 			PeerAddrs: overrides, AntiEntropy: *antiEntropy,
+			FailbackAfter: *failbackAfter, FailbackRate: *failbackRate,
 			TLS: peerID, GossipKey: first(gossipKey), GossipOldKeys: rest(gossipKey),
 		},
 		Unsafe: brk,
@@ -622,6 +659,7 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	s := serveHTTP(r, ln, hs)
+	s.handoff = *drainTimeout
 	fmt.Fprintf(stdout, "likes: region %q serving %s (gRPC %s, gossip %s, etcd %s)\n", *name, s.url, *grpcAddr, *gossip, *etcd)
 	return waitAndStop(ctx, logger, []*served{s}, nil, true)
 }

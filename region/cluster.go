@@ -117,7 +117,7 @@ type clusterParts struct {
 	catchUp    *catchup.Loop
 	liveDir    *epoch.Directory // pins and live regions (the heal's inbound check, the hand-off)
 	pref       []string         // hand-off targets in order
-	svc        *edge.Service     // set by serve, before the gRPC server starts
+	svc        *edge.Service    // set by serve, before the gRPC server starts
 	serving    bool
 	once       sync.Once
 }

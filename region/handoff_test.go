@@ -144,4 +144,3 @@ func pause(d time.Duration) {
 	defer tm.Stop()
 	<-tm.C
 }
-

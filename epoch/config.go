@@ -81,6 +81,7 @@ func (c Config) ttlSeconds() int64 { return int64(c.TTL / time.Second) }
 func (c Config) pinsPrefix() string    { return c.Prefix + "pins/" }
 func (c Config) regionsPrefix() string { return c.Prefix + "regions/" }
 func (c Config) rangesKey() string     { return c.Prefix + "meta/ranges" }
+func (c Config) homesKey() string      { return c.Prefix + "meta/homes" }
 func (c Config) electionPrefix() string {
 	return c.Prefix + "controller/election/"
 }

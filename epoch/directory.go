@@ -131,7 +131,7 @@ func (d *Directory) Init(ctx context.Context, ranges int, regions []string) erro
 	mk := d.cfg.rangesKey()
 	resp, err := d.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(mk), "=", 0)).
-		Then(clientv3.OpPut(mk, want)).
+		Then(clientv3.OpPut(mk, want), clientv3.OpPut(d.cfg.homesKey(), strings.Join(regions, ","))).
 		Else(clientv3.OpGet(mk)).Commit()
 	if err != nil {
 		return fmt.Errorf("epoch: init: %w", err)
@@ -383,6 +383,26 @@ func (d *Directory) Settle(ctx context.Context, rng uint32, epoch uint64) (Pin, 
 			return next, nil
 		}
 	}
+}
+
+// Homes returns the regions the cluster was created with, in order: range r's
+// home is Home(r, homes). Nil for a cluster created before it was recorded.
+func (d *Directory) Homes(ctx context.Context) ([]string, error) {
+	resp, err := d.cli.Get(ctx, d.cfg.homesKey())
+	if err != nil {
+		return nil, fmt.Errorf("epoch: read homes: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil
+	}
+	var out []string
+	for _, r := range strings.Split(string(resp.Kvs[0].Value), ",") {
+		if err := validRegion(r); err != nil {
+			return nil, fmt.Errorf("epoch: homes: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // Regions lists the live regions: those whose lease key exists.

@@ -2,7 +2,7 @@
 //
 //	likectl token --user alice [--admin] [--ttl 1h] [--private-key key.pem] [--iss I] [--aud A]
 //	likectl bench [flags]
-//	likectl pins list|move|drain|settle, likectl regions, likectl reconcile
+//	likectl pins list|move|drain|settle|rebalance, likectl regions, likectl reconcile
 package main
 
 import (
@@ -35,7 +35,7 @@ commands:
   token      print a bearer token signed with --private-key (Ed25519/P-256) or $LIKES_AUTH_SECRET
   token-key  write a new Ed25519 key pair: --out FILE (for --private-key) and FILE.pub (likesd --auth-public-key)
   bench      drive a region's HTTP API on loopback and report throughput and latency
-  pins       list | move --range N --to REGION | drain --from REGION --to REGION | settle --range N
+  pins       list | move --range N --to REGION | drain --from REGION --to REGION | settle --range N | rebalance
              (moves are planned: the new owner catches up on every live region's log
              before writing; --unplanned skips that, as a failover does)
   regions    live regions: lease health, watermarks, aggregator and replication lag

@@ -42,7 +42,7 @@ func directory(ctx context.Context, ef etcdFlags, ranges int) (*epoch.Directory,
 
 func pins(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("pins: want a subcommand: list, move, drain or settle")
+		return errors.New("pins: want a subcommand: list, move, drain, settle or rebalance")
 	}
 	fs := flag.NewFlagSet("likectl pins "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -74,19 +74,34 @@ func pins(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		homes, err := d.Homes(ctx)
+		if err != nil {
+			return err
+		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "RANGE\tREGION\tEPOCH\tNOT BEFORE\tSTATE")
+		fmt.Fprintln(tw, "RANGE\tHOME\tREGION\tEPOCH\tNOT BEFORE\tSTATE")
 		per := map[string]int{}
-		catching := 0
+		catching, away := 0, 0
 		for _, p := range ps {
 			state := "writable"
 			if p.CatchUp {
 				state = "catching up (planned move from " + p.From + ")"
 				catching++
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\n", p.Range, p.Region, p.Epoch, p.NotBefore.UTC().Format(time.RFC3339Nano), state)
+			home := epoch.Home(p.Range, homes)
+			if home == "" {
+				home = "?"
+			} else if home != p.Region {
+				away++
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\n", p.Range, home, p.Region, p.Epoch, p.NotBefore.UTC().Format(time.RFC3339Nano), state)
 			per[p.Region]++
 		}
+		defer func() {
+			if away > 0 {
+				fmt.Fprintf(stdout, "%d ranges are away from their home (they move back by failback, or now with likectl pins rebalance)\n", away)
+			}
+		}()
 		_ = tw.Flush()
 		var regions []string
 		for r := range per {
@@ -146,8 +161,10 @@ func pins(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "moved %d ranges from %s to %s (epochs bumped; %s writes them after notBefore%s)\n", len(moved), *from, *to, *to, catchUpNote(!*unplanned))
 		return nil
+	case "rebalance":
+		return rebalance(ctx, d, cfg, stdout)
 	}
-	return fmt.Errorf("pins: unknown subcommand %q (list, move, drain, settle)", args[0])
+	return fmt.Errorf("pins: unknown subcommand %q (list, move, drain, settle, rebalance)", args[0])
 }
 
 func moveOpts(unplanned bool) []epoch.MoveOption {
@@ -298,5 +315,53 @@ func reconcile(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(rep.Mismatched) > 0 && rep.Healed == 0 {
 		return fmt.Errorf("%d mismatched items (rerun with --heal on a quiescent region)", len(rep.Mismatched))
 	}
+	return nil
+}
+
+// rebalance moves every range that is away from its home back to it, as
+// planned moves, when the home is live and not draining (what failback does
+// after --failback-after, on demand).
+func rebalance(ctx context.Context, d *epoch.Directory, cfg epoch.Config, stdout io.Writer) error {
+	homes, err := d.Homes(ctx)
+	if err != nil {
+		return err
+	}
+	if len(homes) == 0 {
+		return errors.New("pins rebalance: the cluster records no home regions (created by an older likesd)")
+	}
+	live, err := d.Regions(ctx)
+	if err != nil {
+		return err
+	}
+	ok := map[string]bool{}
+	for _, ri := range live {
+		ok[ri.Name] = !ri.Draining
+	}
+	ps, err := d.Pins(ctx)
+	if err != nil {
+		return err
+	}
+	moved, skipped := 0, 0
+	for _, p := range ps {
+		home := epoch.Home(p.Range, homes)
+		if home == p.Region {
+			continue
+		}
+		if !ok[home] || p.CatchUp {
+			skipped++
+			continue
+		}
+		np, err := d.Move(ctx, p.Range, p.Epoch, home, cfg.NotBefore(time.Now()), epoch.Planned())
+		if errors.Is(err, epoch.ErrEpochChanged) {
+			skipped++
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("pins rebalance: range %d: %w (moved %d before it)", p.Range, err, moved)
+		}
+		moved++
+		fmt.Fprintf(stdout, "range %d: %s epoch %d → home %s epoch %d (planned)\n", p.Range, p.Region, p.Epoch, np.Region, np.Epoch)
+	}
+	fmt.Fprintf(stdout, "moved %d ranges home; %d away ranges left (home not live, draining, or a move in progress)\n", moved, skipped)
 	return nil
 }

@@ -47,6 +47,7 @@ const (
 	CheckPlanned     = "planned-move-clean" // a planned move's new owner started before catching up
 	CheckAsOf        = "asof"               // a count claims more freshness than it has
 	CheckSession     = "session-read"       // a button read with a session token was older than the token
+	CheckGraceful    = "graceful-stop"      // a graceful stop (restart) caused an unplanned failover
 )
 
 // Violation is one broken guarantee.
@@ -125,7 +126,9 @@ func Check(in CheckInput) *CheckResult {
 	if in.Converge != nil {
 		res.add(Violation{Check: CheckConvergence, Detail: in.Converge.Error()})
 	}
+	in.Planned = plannedMoves(in)
 	res.Windows = failoverWindows(in, res)
+	checkGraceful(in, res)
 	excused := excuse(in, res, res.Windows)
 	res.ExcusedOps = len(excused)
 	checkFinal(in, res, excused)
@@ -135,6 +138,42 @@ func Check(in CheckInput) *CheckResult {
 	checkSessions(in, res)
 	sort.SliceStable(res.Violations, func(i, j int) bool { return res.Violations[i].Check < res.Violations[j].Check })
 	return res
+}
+
+// plannedMoves is every planned move: those the runner wrote and those a
+// region made (a graceful stop's hand-off, failback), whose pin was stored
+// catching up.
+func plannedMoves(in CheckInput) map[PlannedMove]bool {
+	out := map[PlannedMove]bool{}
+	for k, v := range in.Planned {
+		out[k] = v
+	}
+	for _, v := range in.Pins {
+		if v.CatchUp {
+			out[PlannedMove{v.Range, v.Epoch}] = true
+		}
+	}
+	return out
+}
+
+// checkGraceful: a graceful stop hands its ranges off as planned moves, so no
+// unplanned move may follow one (a failover whose latest fault at the old
+// owner was a restart).
+func checkGraceful(in CheckInput, res *CheckResult) {
+	for _, w := range res.Windows {
+		moved := w.End.Add(-time.Second - in.TTL - in.MaxSkew)
+		var latest *NemesisEvent
+		for i := range in.Nemesis {
+			e := &in.Nemesis[i]
+			if e.affects(w.From) && !e.Start.After(moved) && (latest == nil || e.Start.After(latest.Start)) {
+				latest = e
+			}
+		}
+		if latest != nil && (latest.Kind == NemRestart || latest.Kind == NemRollingRestart) {
+			res.add(Violation{Check: CheckGraceful, Region: w.From,
+				Detail: fmt.Sprintf("range %d failed over %s→%s at epoch %d (unplanned) after a %s of %s", w.Range, w.From, w.To, w.Epoch, latest.Kind, w.From)})
+		}
+	}
 }
 
 // failoverWindows finds the unplanned moves: pin versions with epoch > 1 the

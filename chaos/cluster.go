@@ -68,10 +68,13 @@ type ClusterConfig struct {
 	LeaseTTL    time.Duration
 	Window      time.Duration
 	AntiEntropy time.Duration
-	Partitions  int
-	Ranges      int
-	Unsafe      string // --unsafe-break
-	Logf        func(format string, args ...any)
+	// FailbackAfter is likesd's --failback-after (default 3s): ranges come
+	// home this long after their region is back.
+	FailbackAfter time.Duration
+	Partitions    int
+	Ranges        int
+	Unsafe        string // --unsafe-break
+	Logf          func(format string, args ...any)
 }
 
 // Link is a directed link: From dials To ("etcd" for the etcd link).
@@ -321,6 +324,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (c *Cluster, err error
 			"--data", filepath.Join(cfg.Dir, "data"),
 			"--lease-ttl", cfg.LeaseTTL.String(), "--window", cfg.Window.String(),
 			"--anti-entropy", cfg.AntiEntropy.String(),
+			"--failback-after", failbackAfter(cfg).String(), "--failback-rate", "50", "--drain-timeout", "20s",
 			"--partitions", strconv.Itoa(cfg.Partitions), "--ranges", strconv.Itoa(cfg.Ranges),
 		}
 		cert, key := peertls.Files(certs, name)
@@ -657,6 +661,35 @@ func (c *Cluster) LinkStats() map[string]proxy.Stats {
 		out[l.String()] = p.Stats()
 	}
 	return out
+}
+
+func failbackAfter(cfg ClusterConfig) time.Duration {
+	if cfg.FailbackAfter == 0 {
+		return 3 * time.Second
+	}
+	return cfg.FailbackAfter
+}
+
+// Stop sends SIGTERM to a region (a graceful stop: it hands its ranges off
+// and flushes its shipper) and waits until it has exited, bounded; it returns
+// how long that took.
+func (c *Cluster) Stop(name string, timeout time.Duration) (time.Duration, error) {
+	p := c.regions[name].proc
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	start := time.Now()
+	if err := p.signal(syscall.SIGTERM); err != nil {
+		return 0, err
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return time.Since(start), nil
+	case <-t.C:
+		return time.Since(start), fmt.Errorf("%s did not stop within %v of SIGTERM", name, timeout)
+	}
 }
 
 // Kill sends SIGKILL to a region's process group and waits for it.

@@ -47,11 +47,18 @@ const (
 	// (the test-only disk-full knob of `likesd run`), then clears it: writes
 	// there get 503 storage_unavailable, then resume with no restart.
 	NemDiskFull = "disk-full"
+	// NemRestart stops a region gracefully (SIGTERM: it hands its ranges off
+	// as planned moves and flushes its shipper), starts it again on the same
+	// data folder, and waits until its home ranges are back (failback). A
+	// graceful stop must never cause an unplanned failover.
+	NemRestart = "restart"
+	// NemRollingRestart restarts every region in turn, as NemRestart does.
+	NemRollingRestart = "rolling-restart"
 )
 
 // AllNemeses lists every kind, in a fixed order.
 var AllNemeses = []string{NemPartition, NemOneWay, NemEtcdSplit, NemKill, NemPause, NemMovePins, NemFailover,
-	NemMovePartitioned, NemDelay, NemReset, NemDiskFull}
+	NemMovePartitioned, NemDelay, NemReset, NemDiskFull, NemRestart, NemRollingRestart}
 
 // Episode is one planned fault.
 type Episode struct {
@@ -152,6 +159,8 @@ func PlanSchedule(seed uint64, span time.Duration, regions []string, kinds []str
 			e.Duration = dur(2*time.Second, 4*time.Second)
 		case NemDiskFull:
 			e.Duration = dur(2*time.Second, 4*time.Second)
+		case NemRestart, NemRollingRestart:
+			e.Duration = dur(300*time.Millisecond, 1500*time.Millisecond) // downtime of each stop
 		}
 		// Estimated length (failover waits for the lease to expire).
 		length := e.Duration
@@ -160,6 +169,10 @@ func PlanSchedule(seed uint64, span time.Duration, regions []string, kinds []str
 			length += 4*ttl + 3*time.Second
 		case NemMovePartitioned:
 			length += ttl + 5*time.Second
+		case NemRestart:
+			length += restartLength
+		case NemRollingRestart:
+			length += time.Duration(len(regions)) * (e.Duration + restartLength)
 		}
 		if at+length > span && len(out) > 0 {
 			break
@@ -351,6 +364,18 @@ func (n *Nemesis) run(ctx context.Context, e Episode) (string, error) {
 		err := sleep(ctx, e.Duration)
 		n.setLinks(links, pass)
 		return fmt.Sprintf("reset %d peer links of %s", len(links), r), err
+	case NemRestart:
+		return n.restart(ctx, r, e.Duration)
+	case NemRollingRestart:
+		var details []string
+		for _, name := range c.Regions() {
+			d, err := n.restart(ctx, name, e.Duration)
+			details = append(details, d)
+			if err != nil {
+				return strings.Join(details, "; "), err
+			}
+		}
+		return strings.Join(details, "; "), nil
 	case NemDiskFull:
 		if err := c.SetDiskFull(r, true); err != nil {
 			return "", err
@@ -474,8 +499,54 @@ func (n *Nemesis) movePartitioned(ctx context.Context, e Episode) (string, error
 
 // affects reports the region a nemesis event degrades (for failover windows).
 func (e NemesisEvent) affects(region string) bool {
+	if e.Kind == NemRollingRestart {
+		return true // every region in turn
+	}
 	if e.Region == region {
 		return e.Kind != NemMovePins && e.Kind != NemDelay && e.Kind != NemMovePartitioned
 	}
 	return false
+}
+
+// restartLength estimates a restart episode beyond its downtime: the
+// hand-off, the start, and the failback of the home ranges.
+const restartLength = 6 * time.Second
+
+// restart stops region r gracefully, keeps it down for downtime, starts it
+// again and waits until every range whose home is r is pinned to it and
+// settled (failback), bounded.
+func (n *Nemesis) restart(ctx context.Context, r string, downtime time.Duration) (string, error) {
+	c := n.c
+	took, err := c.Stop(r, 45*time.Second)
+	if err != nil {
+		return "", err
+	}
+	if err := sleep(ctx, downtime); err != nil {
+		return "", err
+	}
+	if err := c.Restart(ctx, r); err != nil {
+		return fmt.Sprintf("stopped %s in %v; restart failed", r, took.Round(time.Millisecond)), err
+	}
+	back := time.Now()
+	homes := c.Regions()
+	var away int
+	err = poll(ctx, 60*time.Second, 100*time.Millisecond, func() error {
+		pins, err := c.Directory().Pins(ctx)
+		if err != nil {
+			return err
+		}
+		away = 0
+		for _, p := range pins {
+			if epoch.Home(p.Range, homes) == r && (p.Region != r || p.CatchUp) {
+				away++
+			}
+		}
+		if away > 0 {
+			return fmt.Errorf("%d of %s's home ranges not back", away, r)
+		}
+		return nil
+	})
+	detail := fmt.Sprintf("SIGTERM %s: stopped in %v, down %v, home ranges back %v after the restart",
+		r, took.Round(time.Millisecond), downtime.Round(time.Millisecond), time.Since(back).Round(time.Millisecond))
+	return detail, err
 }

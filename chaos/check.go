@@ -113,6 +113,9 @@ type CheckResult struct {
 	SessionReads    int              `json:"sessionReadsChecked"`
 	ErasedUsers     int              `json:"erasedUsers"`
 	FinalLikedEdges int              `json:"finalLikedEdges"`
+	// Corrections counts branch-correction events in every region's log (an
+	// unplanned move overtook a write; planned moves make none).
+	Corrections int `json:"corrections"`
 }
 
 func (r *CheckResult) add(v Violation) {
@@ -127,6 +130,13 @@ func Check(in CheckInput) *CheckResult {
 		res.add(Violation{Check: CheckConvergence, Detail: in.Converge.Error()})
 	}
 	in.Planned = plannedMoves(in)
+	for _, evs := range in.Logs {
+		for _, ev := range evs {
+			if ev.kind() == edge.KindCorrection {
+				res.Corrections++
+			}
+		}
+	}
 	res.Windows = failoverWindows(in, res)
 	checkGraceful(in, res)
 	excused := excuse(in, res, res.Windows)

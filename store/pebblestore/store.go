@@ -356,36 +356,63 @@ func (s *Store) loop() {
 // commit applies a group of requests in one indexed batch and one fsync. A
 // group whose commit fails (the WAL write or its sync) is failed as a whole and
 // never retried: the store goes to its failed state and reopens from disk.
+//
+// An operation that fails (a read error, a corrupt value) may already have
+// written to the batch, and a batch cannot take writes back. So the group is
+// built again without it, in a fresh batch: the others' reads and writes are
+// redone and only operations that succeeded in the pass that commits are
+// acknowledged (at most len(ops)+1 passes; only failures cost a pass).
 func (s *Store) commit(ops []*op) {
-	b, err := s.db.newBatch(true)
-	if err == nil {
-		err = s.refusal()
-	}
-	if err != nil {
-		_ = b.Close()
+	if err := s.refusal(); err != nil {
 		for _, o := range ops {
 			o.done <- result{err: err}
 		}
 		return
 	}
-	defer b.Close()
 	s.mu.Lock()
 	now := max(s.opts.Clock.Now().UnixMilli(), s.lastTime, s.issued+1)
 	s.lastTime = now
 	s.inflight, s.flightAt = true, now
-	next := append([]uint64(nil), s.heads...)
+	heads := append([]uint64(nil), s.heads...)
 	s.mu.Unlock()
 
 	res := make([]result, len(ops))
-	for i, o := range ops {
-		bw := &batchWriter{s: s, b: b.Batch, now: now, next: next}
-		if o.fn != nil {
-			res[i].err = o.fn(b.Batch, bw)
-			continue
+	failed := make([]bool, len(ops))
+	var (
+		b    *batch
+		next []uint64
+		err  error
+	)
+	for {
+		if b, err = s.db.newBatch(true); err != nil {
+			break
 		}
-		res[i].d, res[i].err = s.applyOne(b.Batch, o.req, bw)
+		next = append(next[:0], heads...)
+		again := false
+		for i, o := range ops {
+			if failed[i] {
+				continue
+			}
+			bw := &batchWriter{s: s, b: b.Batch, now: now, next: next}
+			if o.fn != nil {
+				res[i] = result{err: o.fn(b.Batch, bw)}
+			} else {
+				res[i].d, res[i].err = s.applyOne(b.Batch, o.req, bw)
+			}
+			if res[i].err != nil {
+				failed[i], again = true, true
+			}
+		}
+		if !again {
+			break
+		}
+		_ = b.Close() // holds a failed op's writes: drop it, build the rest again
+		b = nil
 	}
-	err = b.Commit(pebble.Sync)
+	if b != nil {
+		err = b.Commit(pebble.Sync)
+		_ = b.Close()
+	}
 	s.mu.Lock()
 	if err == nil {
 		copy(s.heads, next)
@@ -397,7 +424,7 @@ func (s *Store) commit(ops []*op) {
 	s.inflight = err != nil && errors.Is(err, ErrFatal)
 	s.mu.Unlock()
 	for i, o := range ops {
-		if err != nil {
+		if err != nil && !failed[i] {
 			res[i] = result{err: fmt.Errorf("pebblestore: commit: %w", err)}
 		}
 		o.done <- res[i]

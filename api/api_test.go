@@ -1063,3 +1063,22 @@ func TestStorageUnavailable(t *testing.T) {
 	wantError(t, e.unlike(e.token("alice", false), "alice", "x", "k2"), 503, "storage_unavailable")
 	e.getCount("x") // reads keep serving
 }
+
+// failingLikers fails every who-liked read as a broken store would.
+type failingLikers struct{ edge.Store }
+
+func (failingLikers) Likers(context.Context, string, string, int) ([]string, string, error) {
+	return nil, "", errors.New("disk read failed")
+}
+
+// TestLikersStoreFailureUnderACursor: a store failure while paging is the
+// store's (503 unavailable with Retry-After), not the client's 400
+// invalid_cursor; only edge.ErrBadCursor means a bad cursor.
+func TestLikersStoreFailureUnderACursor(t *testing.T) {
+	e := newKit(t, kitOptions{wrapStore: func(s edge.Store) edge.Store { return failingLikers{s} }})
+	cursor := base64.RawURLEncoding.EncodeToString([]byte{3, 'u'})
+	for _, path := range []string{"/v1/items/i/likes", "/v1/items/i/likes?cursor=" + cursor} {
+		r := e.do(call{method: "GET", path: path})
+		wantError(t, r, 503, "unavailable")
+	}
+}

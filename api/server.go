@@ -443,7 +443,7 @@ func (s *Server) likers(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	users, next, err := s.cfg.Store.Likers(r.Context(), item, cursor, limit)
 	if err != nil {
-		if cursor != "" {
+		if errors.Is(err, edge.ErrBadCursor) {
 			return errorf(http.StatusBadRequest, "invalid_cursor", "cursor was not issued by this service")
 		}
 		return retryable(http.StatusServiceUnavailable, "unavailable", "who-liked read failed", time.Second)

@@ -6,9 +6,11 @@ import (
 	"sort"
 )
 
-// ErrFenced is returned when a window would apply at or below a cell's HWM: the
-// window (or part of it) has already been applied.
-var ErrFenced = errors.New("crdt: fenced: window already applied")
+// ErrFenced is the one fence error of the counting path: a window would apply
+// at or below a cell's HWM (it, or part of it, has already been applied), or
+// a store's conditional commit found the HWM moved (pipeline.ErrFenced is this
+// same value).
+var ErrFenced = errors.New("fenced: the cell's high-water mark is past the window")
 
 // Cell is one PN-counter slot. P and N only grow; HWM is the source log position
 // the cell has applied through; Watermark is the event time (Unix ms) up to which

@@ -25,6 +25,10 @@ var (
 	// never after queueing; the write was not acknowledged and a retry with the
 	// same idempotency key is safe.
 	ErrStorageUnavailable = errors.New("edge: storage cannot accept writes now")
+	// ErrBadCursor: a Likers cursor the store did not issue (the caller's
+	// mistake, 400). Every store wraps it; any other Likers error is the
+	// store's failure.
+	ErrBadCursor = errors.New("edge: cursor was not issued by this store")
 )
 
 // Hash is the one hash used for every placement decision (64-bit FNV-1a).

@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"errors"
 
 	"likes/crdt"
 	"likes/edge"
@@ -10,8 +9,9 @@ import (
 
 // ErrFenced is returned by CellStore.Commit when a cell's stored HWM is not the
 // one the window expected: another writer (or an earlier incarnation of this one)
-// got there first. Nothing of the window was written.
-var ErrFenced = errors.New("pipeline: cell fence: hwm moved")
+// got there first. Nothing of the window was written. It is crdt.ErrFenced:
+// one fence error whichever layer finds it.
+var ErrFenced = crdt.ErrFenced
 
 // Head describes a log partition at the moment of a read: every event with
 // EventTime <= CompleteThrough has Pos <= Pos.

@@ -754,8 +754,8 @@ func testLikersBadCursor(t *testing.T, s edge.Store) {
 		if bad == next {
 			continue
 		}
-		if users, _, err := s.Likers(context.Background(), "i", bad, 2); err == nil {
-			t.Fatalf("Likers with bad cursor %q: no error (users %v)", bad, users)
+		if users, _, err := s.Likers(context.Background(), "i", bad, 2); !errors.Is(err, edge.ErrBadCursor) {
+			t.Fatalf("Likers with bad cursor %q: %v (users %v), want edge.ErrBadCursor", bad, err, users)
 		}
 	}
 }

@@ -24,8 +24,9 @@ import (
 // ErrClosed is returned by calls on a closed Store.
 var ErrClosed = errors.New("cassandra: store closed")
 
-// ErrBadCursor is returned for a Likers cursor this store did not issue.
-var ErrBadCursor = errors.New("cassandra: bad cursor")
+// ErrBadCursor is returned for a Likers cursor this store did not issue; it
+// wraps edge.ErrBadCursor.
+var ErrBadCursor = fmt.Errorf("cassandra: %w", edge.ErrBadCursor)
 
 // ErrContention is returned when a read-decide-write loop ran out of attempts
 // (lightweight transactions kept losing to other writers, or Cassandra kept

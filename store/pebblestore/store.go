@@ -26,8 +26,9 @@ import (
 // ErrClosed is returned by calls on a closed Store.
 var ErrClosed = errors.New("pebblestore: closed")
 
-// ErrBadCursor is returned for a cursor this store did not issue.
-var ErrBadCursor = errors.New("pebblestore: bad cursor")
+// ErrBadCursor is returned for a cursor this store did not issue; it wraps
+// edge.ErrBadCursor.
+var ErrBadCursor = fmt.Errorf("pebblestore: %w", edge.ErrBadCursor)
 
 // Options configures a Store.
 type Options struct {

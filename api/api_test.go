@@ -17,8 +17,8 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"likes/auth"
+	"likes/counts"
 	"likes/edge"
-	"likes/pipeline"
 	"likes/region"
 )
 
@@ -449,14 +449,14 @@ func TestInternalError(t *testing.T) {
 	}
 }
 
-type failingCounts struct{ pipeline.CountStore }
+type failingCounts struct{ counts.CountStore }
 
 func (failingCounts) Count(context.Context, string) (int64, error) {
 	return 0, errors.New("cells down")
 }
 
 func TestCountUnavailableKeepsWrites(t *testing.T) {
-	e := newKit(t, kitOptions{countStore: func(s pipeline.CountStore) pipeline.CountStore { return failingCounts{s} }})
+	e := newKit(t, kitOptions{countStore: func(s counts.CountStore) counts.CountStore { return failingCounts{s} }})
 	wantError(t, e.do(call{method: "GET", path: "/v1/items/x/count"}), 503, "unavailable")
 	wantError(t, e.do(call{method: "POST", path: "/v1/likes:batchGet", body: []byte(`{"itemIds":["x"]}`)}), 503, "unavailable")
 	mustAnswer(t, e.like(e.token("alice", false), "x", "k"), true, true)

@@ -72,7 +72,7 @@ func newRegionEnv(t *testing.T, mod func(*region.Config)) *env {
 type kitOptions struct {
 	wrapStore    func(edge.Store) edge.Store
 	authority    edge.Authority
-	countStore   func(pipeline.CountStore) pipeline.CountStore
+	countStore   func(counts.CountStore) counts.CountStore
 	maxInFlight  int
 	writeTimeout time.Duration
 }
@@ -102,7 +102,7 @@ func newKit(t *testing.T, o kitOptions) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = aggs.Close() })
-	var cs pipeline.CountStore = st
+	var cs counts.CountStore = st
 	if o.countStore != nil {
 		cs = o.countStore(st)
 	}

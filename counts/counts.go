@@ -7,8 +7,18 @@ import (
 	"time"
 
 	"likes/clock"
-	"likes/pipeline"
+	"likes/crdt"
 )
+
+// CountStore is the read side of cells (the store the pipeline folds into),
+// defined here, at its only consumer.
+type CountStore interface {
+	// Count sums every known cell of item, all regions.
+	Count(ctx context.Context, item string) (int64, error)
+	// Watermarks returns each known region's watermark (for a region: the min
+	// over its partitions).
+	Watermarks(ctx context.Context) (crdt.Watermarks, error)
+}
 
 // Entry is one cached count.
 type Entry struct {
@@ -29,7 +39,7 @@ type Cache interface {
 
 // Config configures a Reader.
 type Config struct {
-	Store pipeline.CountStore
+	Store CountStore
 	Cache Cache
 	Clock clock.Clock
 	// Regions whose watermarks bound asOf (default: every region the store knows).

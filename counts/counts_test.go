@@ -11,7 +11,6 @@ import (
 	"likes/counts"
 	"likes/crdt"
 	"likes/inproc"
-	"likes/pipeline"
 )
 
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -29,7 +28,7 @@ type fakeCells struct {
 	entered chan string
 }
 
-var _ pipeline.CountStore = (*fakeCells)(nil)
+var _ counts.CountStore = (*fakeCells)(nil)
 
 func newFakeCells() *fakeCells {
 	return &fakeCells{counts: map[string]int64{}, wms: crdt.Watermarks{}}

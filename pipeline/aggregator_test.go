@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"likes/clock"
+	"likes/counts"
 	"likes/crdt"
 	"likes/edge"
 	"likes/pipeline"
@@ -77,7 +78,7 @@ func (l *fakeLog) events(p uint32) []edge.Event {
 	return append([]edge.Event(nil), l.parts[p]...)
 }
 
-// fakeCells is an in-memory pipeline.CellStore and pipeline.CountStore.
+// fakeCells is an in-memory pipeline.CellStore and counts.CountStore.
 type fakeCells struct {
 	mu      sync.Mutex
 	cells   map[crdt.CellKey]crdt.Cell
@@ -93,8 +94,8 @@ type fakeCells struct {
 }
 
 var (
-	_ pipeline.CellStore  = (*fakeCells)(nil)
-	_ pipeline.CountStore = (*fakeCells)(nil)
+	_ pipeline.CellStore = (*fakeCells)(nil)
+	_ counts.CountStore  = (*fakeCells)(nil)
 )
 
 func newFakeCells() *fakeCells {

@@ -70,12 +70,3 @@ type CellStore interface {
 	// written if any fence fails), the dedupe state, the position and watermark.
 	Commit(ctx context.Context, w Window) error
 }
-
-// CountStore is the read side of cells.
-type CountStore interface {
-	// Count sums every known cell of item, all regions.
-	Count(ctx context.Context, item string) (int64, error)
-	// Watermarks returns each known region's watermark (for a region: the min
-	// over its partitions).
-	Watermarks(ctx context.Context) (crdt.Watermarks, error)
-}

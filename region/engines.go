@@ -252,7 +252,7 @@ type Backend interface {
 	edge.JobStore
 	pipeline.Log
 	pipeline.CellStore
-	pipeline.CountStore
+	counts.CountStore
 	// Heal appends a reconcile event carrying delta for item to the log.
 	Heal(ctx context.Context, item string, delta int64) error
 	// Items lists up to limit items after `after`, in the store's order.

@@ -1,6 +1,6 @@
 // Package pipelinetest is the contract suite for a region's counting backend:
 // pipeline.Log fed through an edge.Store, pipeline.CellStore and
-// pipeline.CountStore. It is written once and run against each backend (the
+// counts.CountStore. It is written once and run against each backend (the
 // embedded Pebble store; later Kafka + Cassandra): a backend's test calls Run
 // with a function that opens a fresh, empty Harness and registers its cleanup.
 //

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"likes/clock"
+	"likes/counts"
 	"likes/crdt"
 	"likes/edge"
 	"likes/edge/edgetest"
@@ -25,7 +26,7 @@ type Harness struct {
 	Store  edge.Store
 	Log    pipeline.Log
 	Cells  pipeline.CellStore
-	Counts pipeline.CountStore
+	Counts counts.CountStore
 	// Region is the region whose cells the aggregators write.
 	Region string
 	// Clock, when set, is the fake clock the backend stamps event times with;
@@ -288,7 +289,7 @@ func cellMap(t testing.TB, cs pipeline.CellStore, keys ...crdt.CellKey) map[crdt
 	return m
 }
 
-func count(t testing.TB, c pipeline.CountStore, item string) int64 {
+func count(t testing.TB, c counts.CountStore, item string) int64 {
 	t.Helper()
 	n, err := c.Count(context.Background(), item)
 	if err != nil {
@@ -578,7 +579,7 @@ func (c *WatermarkChecker) Check(t testing.TB, p uint32) {
 
 // CheckCounts fails t unless every item's Count equals its number of LIKED
 // edges as Likers lists them.
-func CheckCounts(t testing.TB, s edge.Store, c pipeline.CountStore, items []string) {
+func CheckCounts(t testing.TB, s edge.Store, c counts.CountStore, items []string) {
 	t.Helper()
 	for _, item := range items {
 		likers := edgetest.AllLikers(t, s, item, 50)

@@ -267,7 +267,7 @@ func (s *Store) commitItem(ctx context.Context, idx []int, w pipeline.Window, ex
 	return fmt.Errorf("%w: commit cells of %q: %v", ErrContention, w.Cells[idx[0]].Key.Item, lastErr)
 }
 
-// Count implements pipeline.CountStore: SUM over the item's cell rows (every
+// Count implements counts.CountStore: SUM over the item's cell rows (every
 // region's), in one partition read.
 func (s *Store) Count(ctx context.Context, item string) (int64, error) {
 	var p, n int64
@@ -299,7 +299,7 @@ func (s *Store) OwnWatermark(ctx context.Context) (int64, error) {
 	return m, nil
 }
 
-// Watermarks implements pipeline.CountStore: this region's own (the min over
+// Watermarks implements counts.CountStore: this region's own (the min over
 // its partitions) and each peer's latest known one (the watermarks table,
 // written by replication).
 func (s *Store) Watermarks(ctx context.Context) (crdt.Watermarks, error) {

@@ -2,7 +2,7 @@
 // Cassandra (gocql): edges, idempotency records, the user index, erasure jobs,
 // the committed log (an outbox), cells with the aggregators' dedupe state, and
 // consumer positions. It implements edge.Store, edge.JobStore, pipeline.Log,
-// pipeline.CellStore and pipeline.CountStore with the semantics of the
+// pipeline.CellStore and counts.CountStore with the semantics of the
 // embedded store (store/pebblestore), and passes the same contract suites
 // (edge/edgetest, pipeline/pipelinetest). Migrate creates and upgrades the
 // schema; MigrateCommand is `likectl migrate`.

@@ -16,6 +16,7 @@ import (
 	"github.com/gocql/gocql"
 
 	"likes/clock"
+	"likes/counts"
 	"likes/crdt"
 	"likes/edge"
 	"likes/pipeline"
@@ -83,7 +84,7 @@ type Options struct {
 }
 
 // Store is one region's Cassandra backend. It implements edge.Store,
-// edge.JobStore, pipeline.Log, pipeline.CellStore and pipeline.CountStore.
+// edge.JobStore, pipeline.Log, pipeline.CellStore and counts.CountStore.
 // Safe for concurrent use, and for use by several processes on one keyspace.
 type Store struct {
 	opts Options
@@ -107,11 +108,11 @@ type Store struct {
 }
 
 var (
-	_ edge.Store          = (*Store)(nil)
-	_ edge.JobStore       = (*Store)(nil)
-	_ pipeline.Log        = (*Store)(nil)
-	_ pipeline.CellStore  = (*Store)(nil)
-	_ pipeline.CountStore = (*Store)(nil)
+	_ edge.Store         = (*Store)(nil)
+	_ edge.JobStore      = (*Store)(nil)
+	_ pipeline.Log       = (*Store)(nil)
+	_ pipeline.CellStore = (*Store)(nil)
+	_ counts.CountStore  = (*Store)(nil)
 )
 
 // Open checks the keyspace's schema and meta (creating the meta row on first

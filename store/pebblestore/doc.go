@@ -1,7 +1,7 @@
 // Package pebblestore is the embedded default backend: one Pebble database per
 // region holds edges, idempotency records, the committed log, cells, aggregator
 // dedupe state and positions, and erasure jobs. It implements edge.Store,
-// edge.JobStore, pipeline.Log, pipeline.CellStore and pipeline.CountStore.
+// edge.JobStore, pipeline.Log, pipeline.CellStore and counts.CountStore.
 //
 // Write path: every Apply goes through one writer goroutine that gathers the
 // requests waiting at that moment into one indexed batch (each request sees the

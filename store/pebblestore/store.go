@@ -18,6 +18,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"likes/clock"
+	"likes/counts"
 	"likes/crdt"
 	"likes/edge"
 	"likes/pipeline"
@@ -116,11 +117,11 @@ type Store struct {
 }
 
 var (
-	_ edge.Store          = (*Store)(nil)
-	_ edge.JobStore       = (*Store)(nil)
-	_ pipeline.Log        = (*Store)(nil)
-	_ pipeline.CellStore  = (*Store)(nil)
-	_ pipeline.CountStore = (*Store)(nil)
+	_ edge.Store         = (*Store)(nil)
+	_ edge.JobStore      = (*Store)(nil)
+	_ pipeline.Log       = (*Store)(nil)
+	_ pipeline.CellStore = (*Store)(nil)
+	_ counts.CountStore  = (*Store)(nil)
 )
 
 // Open opens or creates the database.
@@ -804,7 +805,7 @@ func (s *Store) Commit(_ context.Context, w pipeline.Window) error {
 	return nil
 }
 
-// Count implements pipeline.CountStore.
+// Count implements counts.CountStore.
 func (s *Store) Count(_ context.Context, item string) (int64, error) {
 	prefix := cellPrefix(item)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
@@ -823,7 +824,7 @@ func (s *Store) Count(_ context.Context, item string) (int64, error) {
 	return n, it.Error()
 }
 
-// Watermarks implements pipeline.CountStore: this region's watermark is the min
+// Watermarks implements counts.CountStore: this region's watermark is the min
 // over its partitions (a partition never committed counts as 0); peers'
 // watermarks are the latest shipped with their cells.
 func (s *Store) Watermarks(ctx context.Context) (crdt.Watermarks, error) {

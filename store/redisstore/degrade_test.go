@@ -66,7 +66,7 @@ func silentAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// fixedStore is a pipeline.CountStore with one answer.
+// fixedStore is a counts.CountStore with one answer.
 type fixedStore struct{ n int64 }
 
 func (f fixedStore) Count(context.Context, string) (int64, error) { return f.n, nil }

@@ -24,6 +24,7 @@ import (
 	"likes/auth"
 	"likes/chaos/proxy"
 	"likes/epoch"
+	"likes/epoch/etcdepoch"
 	"likes/internal/peertls"
 )
 
@@ -196,7 +197,7 @@ type Cluster struct {
 	regions  map[string]*Region
 	proxies  map[Link]*proxy.Proxy
 	cli      *clientv3.Client
-	dir      *epoch.Directory
+	dir      *etcdepoch.Directory
 	ecfg     epoch.Config
 	admin    string
 	http     *http.Client
@@ -249,7 +250,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (c *Cluster, err error
 	if err := c.etcd.start(cfg.Binary); err != nil {
 		return c, err
 	}
-	c.cli, err = epoch.NewClient([]string{"http://" + c.etcdAddr})
+	c.cli, err = etcdepoch.NewClient([]string{"http://" + c.etcdAddr})
 	if err != nil {
 		return c, err
 	}
@@ -261,7 +262,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (c *Cluster, err error
 	}); err != nil {
 		return c, fmt.Errorf("etcd did not come up: %w (see %s)", err, c.etcd.log)
 	}
-	c.dir, err = epoch.NewDirectory(c.cli, ecfg)
+	c.dir, err = etcdepoch.NewDirectory(c.cli, ecfg)
 	if err != nil {
 		return c, err
 	}
@@ -618,7 +619,7 @@ func (c *Cluster) Region(name string) *Region { return c.regions[name] }
 func (c *Cluster) Etcd() *clientv3.Client { return c.cli }
 
 // Directory is the pins directory over the runner's client.
-func (c *Cluster) Directory() *epoch.Directory { return c.dir }
+func (c *Cluster) Directory() *etcdepoch.Directory { return c.dir }
 
 // EpochConfig is the cluster's epoch configuration.
 func (c *Cluster) EpochConfig() epoch.Config { return c.ecfg }

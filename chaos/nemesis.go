@@ -13,6 +13,7 @@ import (
 
 	"likes/chaos/proxy"
 	"likes/epoch"
+	"likes/epoch/etcdepoch"
 )
 
 // Nemesis kinds.
@@ -396,7 +397,7 @@ func (n *Nemesis) movePins(ctx context.Context, e Episode) (string, error) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if e.Drain {
-		moved, err := dir.Drain(cctx, e.Region, e.Target, cfg.NotBefore(time.Now()), epoch.Planned())
+		moved, err := dir.Drain(cctx, e.Region, e.Target, cfg.NotBefore(time.Now()), etcdepoch.Planned())
 		n.mu.Lock()
 		for _, p := range moved {
 			n.planned[PlannedMove{p.Range, p.Epoch}] = true
@@ -428,7 +429,7 @@ func (n *Nemesis) movePins(ctx context.Context, e Episode) (string, error) {
 		if p.Region != from || len(moved) >= 8 {
 			continue
 		}
-		np, err := dir.Move(cctx, p.Range, p.Epoch, e.Target, cfg.NotBefore(time.Now()), epoch.Planned())
+		np, err := dir.Move(cctx, p.Range, p.Epoch, e.Target, cfg.NotBefore(time.Now()), etcdepoch.Planned())
 		if err != nil {
 			continue // a concurrent failover won; fine
 		}

@@ -76,17 +76,17 @@ func (c Config) WithDefaults() (Config, error) {
 func (c Config) NotBefore(now time.Time) time.Time { return now.Add(c.TTL + c.MaxSkew) }
 
 // ttlSeconds is the TTL as etcd lease seconds.
-func (c Config) ttlSeconds() int64 { return int64(c.TTL / time.Second) }
+func (c Config) TTLSeconds() int64 { return int64(c.TTL / time.Second) }
 
-func (c Config) pinsPrefix() string    { return c.Prefix + "pins/" }
-func (c Config) regionsPrefix() string { return c.Prefix + "regions/" }
-func (c Config) rangesKey() string     { return c.Prefix + "meta/ranges" }
-func (c Config) homesKey() string      { return c.Prefix + "meta/homes" }
-func (c Config) electionPrefix() string {
+func (c Config) PinsPrefix() string    { return c.Prefix + "pins/" }
+func (c Config) RegionsPrefix() string { return c.Prefix + "regions/" }
+func (c Config) RangesKey() string     { return c.Prefix + "meta/ranges" }
+func (c Config) HomesKey() string      { return c.Prefix + "meta/homes" }
+func (c Config) ElectionPrefix() string {
 	return c.Prefix + "controller/election/"
 }
 
-func (c Config) pinKey(rng uint32) string { return fmt.Sprintf("%s%05d", c.pinsPrefix(), rng) }
-func (c Config) regionKey(name string) string {
-	return c.regionsPrefix() + name
+func (c Config) PinKey(rng uint32) string { return fmt.Sprintf("%s%05d", c.PinsPrefix(), rng) }
+func (c Config) RegionKey(name string) string {
+	return c.RegionsPrefix() + name
 }

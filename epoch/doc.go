@@ -1,5 +1,10 @@
-// Package epoch holds write authority: per-user-range pins with epochs, region
-// leases, and automatic failover, all kept in etcd (DESIGN section 5).
+// Package epoch is the pure part of write authority (DESIGN section 5): the
+// Pin of a user range, the Config of pins and leases (with the layout of
+// their etcd keys), Decide (the write-authority rule) and Home (a range's home
+// region). It does no I/O and imports no etcd package; the simulation uses
+// only this. The etcd implementation — the pin Directory, region KeepAlive,
+// the watch-fed Authority and the failover Controller — is package
+// epoch/etcdepoch; the embedded etcd server is epoch/etcdembed.
 //
 // # Model
 //
@@ -38,7 +43,7 @@
 //     through Move, so a stale leader can at worst cause an extra epoch bump,
 //     never two owners of one epoch.
 //
-// # Components
+// # Components (here: Decide, Home; the rest in epoch/etcdepoch)
 //
 //   - Decide: the rule above, pure.
 //   - Directory: Init (idempotent creation of the pins), Pins, Pin, Move (the
@@ -48,8 +53,9 @@
 //   - Authority: edge.Authority for one region (watch-fed pin table, Owner for
 //     forwarding, CatchingUp and Seen for the planned-move barrier).
 //   - Controller: elected failover of dead regions' ranges.
-//   - Embedded: a single-member etcd server in-process (the embedded default);
-//     production points NewClient at an etcd cluster instead.
+//   - etcdembed.Embedded: a single-member etcd server in-process (the
+//     embedded default); production points etcdepoch.NewClient at an etcd
+//     cluster instead.
 //   - epochtest: the contract suite, run against either.
 //
 // # Concurrency

@@ -13,7 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"likes/epoch"
+	"likes/epoch/etcdembed"
+	"likes/epoch/etcdepoch"
 	"likes/region"
 )
 
@@ -83,7 +84,7 @@ func TestProfileCluster(t *testing.T) {
 		t.Skip("set LOADGEN_PROFILE_CLUSTER to a phase duration (<= 2m) to profile three regions under load")
 	}
 	dir := t.TempDir()
-	e, err := epoch.StartEmbedded(epoch.EmbeddedConfig{
+	e, err := etcdembed.StartEmbedded(etcdembed.EmbeddedConfig{
 		Dir:        filepath.Join(dir, "etcd"),
 		ClientAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t))),
 		PeerAddr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t))),
@@ -92,7 +93,7 @@ func TestProfileCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	cli, err := epoch.NewClient(e.Endpoints())
+	cli, err := etcdepoch.NewClient(e.Endpoints())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"likes/clock"
 	"likes/edge"
 	"likes/epoch"
+	"likes/epoch/etcdepoch"
 	"likes/internal/peertls"
 	"likes/replication"
 	"likes/store/pebblestore"
@@ -103,9 +104,9 @@ type clusterParts struct {
 	jobs       edge.JobStore
 	health     *health.Server              // grpc.health.v1 on the gRPC port
 	eraser     atomic.Pointer[edge.Eraser] // set once the region's eraser runs
-	keepalive  *epoch.KeepAlive
-	authority  *epoch.Authority
-	controller *epoch.Controller
+	keepalive  *etcdepoch.KeepAlive
+	authority  *etcdepoch.Authority
+	controller *etcdepoch.Controller
 	grpcSrv    *grpc.Server
 	grpcLn     net.Listener
 	grpcDone   chan struct{}
@@ -115,9 +116,9 @@ type clusterParts struct {
 	shipper    *replication.Shipper
 	forwarder  *api.Forwarder
 	catchUp    *catchup.Loop
-	liveDir    *epoch.Directory // pins and live regions (the heal's inbound check, the hand-off)
-	pref       []string         // hand-off targets in order
-	svc        *edge.Service    // set by serve, before the gRPC server starts
+	liveDir    *etcdepoch.Directory // pins and live regions (the heal's inbound check, the hand-off)
+	pref       []string             // hand-off targets in order
+	svc        *edge.Service        // set by serve, before the gRPC server starts
 	serving    bool
 	once       sync.Once
 }
@@ -169,7 +170,7 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 		p.close()
 		return nil, err
 	}
-	dir, err := epoch.NewDirectory(c.Etcd, ecfg)
+	dir, err := etcdepoch.NewDirectory(c.Etcd, ecfg)
 	if err != nil {
 		return fail(err)
 	}
@@ -199,7 +200,7 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 		pref = c.Regions
 	}
 	p.pref = pref
-	p.controller, err = epoch.StartController(c.Etcd, epoch.ControllerConfig{Config: ecfg, Name: name, Preference: pref,
+	p.controller, err = etcdepoch.StartController(c.Etcd, etcdepoch.ControllerConfig{Config: ecfg, Name: name, Preference: pref,
 		Homes: c.Regions, Clock: clk, FailbackAfter: c.FailbackAfter, FailbackRate: c.FailbackRate})
 	if err != nil {
 		return fail(err)
@@ -275,13 +276,13 @@ func (p *clusterParts) startAuthority(ctx context.Context, name string, c *Clust
 		return nil, err
 	}
 	var err error
-	p.keepalive, err = epoch.StartKeepAlive(ctx, c.Etcd, epoch.KeepAliveConfig{
+	p.keepalive, err = etcdepoch.StartKeepAlive(ctx, c.Etcd, etcdepoch.KeepAliveConfig{
 		Config: ecfg, Region: epoch.RegionInfo{Name: name, HTTP: c.HTTPAdvertise, GRPC: grpcAddr}, Clock: clk,
 	})
 	if err != nil {
 		return fail(err)
 	}
-	p.authority, err = epoch.NewAuthority(c.Etcd, epoch.AuthorityConfig{Config: ecfg, Self: name, Freshness: p.keepalive, Clock: clk})
+	p.authority, err = etcdepoch.NewAuthority(c.Etcd, etcdepoch.AuthorityConfig{Config: ecfg, Self: name, Freshness: p.keepalive, Clock: clk})
 	if err != nil {
 		return fail(err)
 	}
@@ -398,7 +399,7 @@ func (r *Region) GRPCAddr() string {
 // noLeaseAuthority grants the pinned epoch whenever the local pin table names
 // this region, ignoring lease freshness and notBefore (Unsafe.NoLeaseCheck).
 type noLeaseAuthority struct {
-	a    *epoch.Authority
+	a    *etcdepoch.Authority
 	self string
 }
 
@@ -456,6 +457,6 @@ func (p *clusterParts) home(user string) (owner string, self bool, err error) {
 // The production implementations of what the planned-move barrier consumes.
 var (
 	_ catchup.HeadsAsker = (*replication.GRPCTransport)(nil)
-	_ catchup.PinTable   = (*epoch.Authority)(nil)
-	_ catchup.Directory  = (*epoch.Directory)(nil)
+	_ catchup.PinTable   = (*etcdepoch.Authority)(nil)
+	_ catchup.Directory  = (*etcdepoch.Directory)(nil)
 )

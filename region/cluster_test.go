@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"likes/epoch"
+	"likes/epoch/etcdepoch"
 )
 
 func TestThreeRegions(t *testing.T) {
@@ -398,7 +399,7 @@ func testTriPinMove(t *testing.T, c *triCluster, users []string) {
 	// notBefore >= its own move + TTL + MaxSkew, or eu could start while us
 	// may still write (its proof lasts TTL − Margin after the move).
 	start := time.Now()
-	moved, err := c.dir.Drain(ctx, "us", "eu", start.Add(-time.Second), epoch.Planned())
+	moved, err := c.dir.Drain(ctx, "us", "eu", start.Add(-time.Second), etcdepoch.Planned())
 	if err != nil {
 		t.Fatalf("drain: %v", err)
 	}

@@ -29,6 +29,8 @@ import (
 	"likes/edge"
 	"likes/epoch"
 	"likes/epoch/epochtest"
+	"likes/epoch/etcdembed"
+	"likes/epoch/etcdepoch"
 	"likes/internal/peertls"
 	"likes/region"
 )
@@ -55,7 +57,7 @@ type triNode struct {
 // triCluster is three regions sharing one embedded etcd.
 type triCluster struct {
 	ecfg   epoch.Config
-	dir    *epoch.Directory
+	dir    *etcdepoch.Directory
 	nodes  []*triNode
 	byName map[string]*triNode
 	// apCli is ap's own etcd client: closing it cuts ap off from etcd only.
@@ -98,9 +100,9 @@ func (b *triLogBuf) tail(n int) string {
 	return s
 }
 
-func triDial(t *testing.T, e *epoch.Embedded) *clientv3.Client {
+func triDial(t *testing.T, e *etcdembed.Embedded) *clientv3.Client {
 	t.Helper()
-	cli, err := epoch.NewClient(e.Endpoints())
+	cli, err := etcdepoch.NewClient(e.Endpoints())
 	if err != nil {
 		t.Fatalf("dial etcd: %v", err)
 	}
@@ -136,7 +138,7 @@ func startTriWith(t *testing.T, o triOpts) *triCluster {
 	if o.epoch != nil {
 		o.epoch(&ecfg)
 	}
-	dir, err := epoch.NewDirectory(cli, ecfg)
+	dir, err := etcdepoch.NewDirectory(cli, ecfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,8 +33,8 @@ import (
 
 	"likes/auth"
 	"likes/chaos/proxy"
-	"likes/epoch"
 	"likes/epoch/epochtest"
+	"likes/epoch/etcdepoch"
 	"likes/store/cassandra"
 	"likes/store/redisstore"
 )
@@ -263,7 +263,7 @@ func etcdThroughProxy(t *testing.T) *etcdLink {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = px.Close() })
-	cli, err := epoch.NewClient([]string{"http://" + px.Addr()})
+	cli, err := etcdepoch.NewClient([]string{"http://" + px.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"likes/epoch"
 	"likes/epoch/epochtest"
+	"likes/epoch/etcdepoch"
 	"likes/region"
 )
 
@@ -27,12 +27,12 @@ func TestEtcdAuthorizationLossFailsClosed(t *testing.T) {
 	wrong := s.Client()
 	wrong.Password = "guessed"
 	wrong.DialTimeout = 3 * time.Second
-	if cli, err := epoch.NewClientWith(wrong); err == nil {
+	if cli, err := etcdepoch.NewClientWith(wrong); err == nil {
 		_ = cli.Close()
 		t.Fatal("an etcd client with a wrong password was built")
 	}
 
-	cli, err := epoch.NewClientWith(s.Client())
+	cli, err := etcdepoch.NewClientWith(s.Client())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"likes/epoch"
+	"likes/epoch/etcdepoch"
 )
 
 // A graceful stop is a planned event (issue 11). Handoff, called after Drain
@@ -76,7 +77,7 @@ func (r *Region) Handoff(ctx context.Context) (HandoffReport, error) {
 			rep.Kept++
 			continue
 		}
-		np, err := c.liveDir.Move(ctx, p.Range, p.Epoch, target, r.cfg.Cluster.Epoch.NotBefore(r.cfg.Clock.Now()), epoch.Planned())
+		np, err := c.liveDir.Move(ctx, p.Range, p.Epoch, target, r.cfg.Cluster.Epoch.NotBefore(r.cfg.Clock.Now()), etcdepoch.Planned())
 		if errors.Is(err, epoch.ErrEpochChanged) {
 			continue // moved meanwhile by someone else
 		}

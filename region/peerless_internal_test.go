@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"likes/clock"
-	"likes/epoch"
 	"likes/epoch/epochtest"
+	"likes/epoch/etcdepoch"
 )
 
 // A region that replicates with nobody (the production engines) takes only
@@ -20,7 +20,7 @@ func TestPeerlessCluster(t *testing.T) {
 		t.Skip("starts an embedded etcd")
 	}
 	e := epochtest.StartEmbedded(t)
-	cli, err := epoch.NewClient(e.Endpoints())
+	cli, err := etcdepoch.NewClient(e.Endpoints())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"likes/chaos/proxy"
-	"likes/epoch"
 	"likes/epoch/epochtest"
+	"likes/epoch/etcdepoch"
 	"likes/region"
 )
 
@@ -31,7 +31,7 @@ func TestReadyzFollowsTheLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = px.Close() })
-	cli, err := epoch.NewClient([]string{"http://" + px.Addr()})
+	cli, err := etcdepoch.NewClient([]string{"http://" + px.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}

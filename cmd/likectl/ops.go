@@ -15,17 +15,18 @@ import (
 	"time"
 
 	"likes/epoch"
+	"likes/epoch/etcdepoch"
 )
 
 const defaultEtcd = "http://127.0.0.1:2379"
 
-func directory(ctx context.Context, ef etcdFlags, ranges int) (*epoch.Directory, func(), error) {
+func directory(ctx context.Context, ef etcdFlags, ranges int) (*etcdepoch.Directory, func(), error) {
 	endpoints := ef.endpoints
-	cli, err := epoch.NewClientWith(ef.config())
+	cli, err := etcdepoch.NewClientWith(ef.config())
 	if err != nil {
 		return nil, nil, fmt.Errorf("etcd %s: %w", endpoints, err)
 	}
-	d, err := epoch.NewDirectory(cli, epoch.Config{Ranges: ranges})
+	d, err := etcdepoch.NewDirectory(cli, epoch.Config{Ranges: ranges})
 	if err != nil {
 		_ = cli.Close()
 		return nil, nil, err
@@ -167,11 +168,11 @@ func pins(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return fmt.Errorf("pins: unknown subcommand %q (list, move, drain, settle, rebalance)", args[0])
 }
 
-func moveOpts(unplanned bool) []epoch.MoveOption {
+func moveOpts(unplanned bool) []etcdepoch.MoveOption {
 	if unplanned {
 		return nil
 	}
-	return []epoch.MoveOption{epoch.Planned()}
+	return []etcdepoch.MoveOption{etcdepoch.Planned()}
 }
 
 func catchUpNote(planned bool) string {
@@ -321,7 +322,7 @@ func reconcile(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // rebalance moves every range that is away from its home back to it, as
 // planned moves, when the home is live and not draining (what failback does
 // after --failback-after, on demand).
-func rebalance(ctx context.Context, d *epoch.Directory, cfg epoch.Config, stdout io.Writer) error {
+func rebalance(ctx context.Context, d *etcdepoch.Directory, cfg epoch.Config, stdout io.Writer) error {
 	homes, err := d.Homes(ctx)
 	if err != nil {
 		return err
@@ -351,7 +352,7 @@ func rebalance(ctx context.Context, d *epoch.Directory, cfg epoch.Config, stdout
 			skipped++
 			continue
 		}
-		np, err := d.Move(ctx, p.Range, p.Epoch, home, cfg.NotBefore(time.Now()), epoch.Planned())
+		np, err := d.Move(ctx, p.Range, p.Epoch, home, cfg.NotBefore(time.Now()), etcdepoch.Planned())
 		if errors.Is(err, epoch.ErrEpochChanged) {
 			skipped++
 			continue

@@ -9,6 +9,7 @@ import (
 
 	"likes/epoch"
 	"likes/epoch/epochtest"
+	"likes/epoch/etcdepoch"
 )
 
 // TestPinsRebalance: `pins list` shows each range's home beside its owner and
@@ -20,7 +21,7 @@ func TestPinsRebalance(t *testing.T) {
 	}
 	e := epochtest.StartEmbedded(t)
 	ctx := context.Background()
-	cli, err := epoch.NewClient(e.Endpoints())
+	cli, err := etcdepoch.NewClient(e.Endpoints())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,16 +30,16 @@ func TestPinsRebalance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := epoch.NewDirectory(cli, cfg)
+	d, err := etcdepoch.NewDirectory(cli, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Init(ctx, 4, []string{"a", "b"}); err != nil {
 		t.Fatal(err)
 	}
-	kas := map[string]*epoch.KeepAlive{}
+	kas := map[string]*etcdepoch.KeepAlive{}
 	for _, name := range []string{"a", "b"} {
-		k, err := epoch.StartKeepAlive(ctx, cli, epoch.KeepAliveConfig{Config: cfg, Region: epoch.RegionInfo{Name: name}})
+		k, err := etcdepoch.StartKeepAlive(ctx, cli, etcdepoch.KeepAliveConfig{Config: cfg, Region: epoch.RegionInfo{Name: name}})
 		if err != nil {
 			t.Fatal(err)
 		}

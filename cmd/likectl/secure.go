@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"likes/auth"
-	"likes/epoch"
+	"likes/epoch/etcdepoch"
 )
 
 // EnvPrivateKey names a default for --private-key.
@@ -71,18 +71,18 @@ func (e *etcdFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&e.cacert, "etcd-cacert", "", "PEM CA verifying the etcd servers")
 	fs.StringVar(&e.cert, "etcd-cert", "", "PEM client certificate presented to etcd")
 	fs.StringVar(&e.key, "etcd-key", "", "PEM private key of --etcd-cert")
-	fs.StringVar(&e.user, "etcd-user", "", "etcd user (password from $"+epoch.EnvEtcdPassword+")")
+	fs.StringVar(&e.user, "etcd-user", "", "etcd user (password from $"+etcdepoch.EnvEtcdPassword+")")
 }
 
-func (e *etcdFlags) config() epoch.ClientConfig {
+func (e *etcdFlags) config() etcdepoch.ClientConfig {
 	var eps []string
 	for _, ep := range strings.Split(e.endpoints, ",") {
 		if ep = strings.TrimSpace(ep); ep != "" {
 			eps = append(eps, ep)
 		}
 	}
-	return epoch.ClientConfig{Endpoints: eps, CACert: e.cacert, Cert: e.cert, Key: e.key,
-		Username: e.user, Password: os.Getenv(epoch.EnvEtcdPassword)}
+	return etcdepoch.ClientConfig{Endpoints: eps, CACert: e.cacert, Cert: e.cert, Key: e.key,
+		Username: e.user, Password: os.Getenv(etcdepoch.EnvEtcdPassword)}
 }
 
 // adminClient is how likectl calls a region's admin API: its token signer

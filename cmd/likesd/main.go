@@ -40,6 +40,8 @@ import (
 	"likes/api"
 	"likes/auth"
 	"likes/epoch"
+	"likes/epoch/etcdembed"
+	"likes/epoch/etcdepoch"
 	"likes/region"
 	"likes/store/pebblestore"
 	"likes/store/redisstore"
@@ -454,13 +456,13 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		etcdHost := etcdHostOf(c.host) // no TLS, no auth: never beyond loopback
 		etcdAddr := net.JoinHostPort(etcdHost, fmt.Sprint(*etcdPort))
 		logger.Info("starting embedded etcd", "client", "http://"+etcdAddr, "data", filepath.Join(c.data, "etcd"))
-		e, err := epoch.StartEmbedded(epoch.EmbeddedConfig{
+		e, err := etcdembed.StartEmbedded(etcdembed.EmbeddedConfig{
 			Dir: filepath.Join(c.data, "etcd"), ClientAddr: etcdAddr, PeerAddr: net.JoinHostPort(etcdHost, fmt.Sprint(*etcdPort+1)),
 		})
 		if err != nil {
 			return fmt.Errorf("embedded etcd: %w", err)
 		}
-		cli, err := epoch.NewClient(e.Endpoints())
+		cli, err := etcdepoch.NewClient(e.Endpoints())
 		if err != nil {
 			e.Close()
 			return err
@@ -627,7 +629,7 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cli, err := epoch.NewClientWith(c.sec.etcdConfig(*etcd))
+	cli, err := etcdepoch.NewClientWith(c.sec.etcdConfig(*etcd))
 	if err != nil {
 		return fmt.Errorf("etcd %s: %w", *etcd, err)
 	}
@@ -711,9 +713,9 @@ func runEtcd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	e, err := epoch.StartEmbedded(epoch.EmbeddedConfig{
+	e, err := etcdembed.StartEmbedded(etcdembed.EmbeddedConfig{
 		Dir: *data, ClientAddr: net.JoinHostPort(*host, fmt.Sprint(*port)), PeerAddr: net.JoinHostPort(*host, fmt.Sprint(*port+1)),
-		ClientTLS: epoch.EmbeddedTLS{CertFile: *cert, KeyFile: *key, TrustedCAFile: *ca, ClientCertAuth: *ca != ""},
+		ClientTLS: etcdembed.EmbeddedTLS{CertFile: *cert, KeyFile: *key, TrustedCAFile: *ca, ClientCertAuth: *ca != ""},
 	})
 	if err != nil {
 		return err

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"likes/auth"
-	"likes/epoch"
+	"likes/epoch/etcdepoch"
 )
 
 // errSecurity prefixes every refused security flag combination.
@@ -61,7 +61,7 @@ func (p *publicFlags) register(fs *flag.FlagSet, run bool) {
 	fs.StringVar(&p.etcdCA, "etcd-cacert", "", "PEM CA verifying the etcd servers (https endpoints; default: system roots)")
 	fs.StringVar(&p.etcdCert, "etcd-cert", "", "PEM client certificate presented to etcd")
 	fs.StringVar(&p.etcdKey, "etcd-key", "", "PEM private key of --etcd-cert")
-	fs.StringVar(&p.etcdUser, "etcd-user", "", "etcd user (password from $"+epoch.EnvEtcdPassword+")")
+	fs.StringVar(&p.etcdUser, "etcd-user", "", "etcd user (password from $"+etcdepoch.EnvEtcdPassword+")")
 }
 
 // verification is what the region verifies tokens with.
@@ -132,16 +132,16 @@ func (p *publicFlags) authConfig(envSecret string, dev bool, logger *slog.Logger
 
 // etcdConfig is the etcd client configuration of the flags (password from the
 // environment).
-func (p *publicFlags) etcdConfig(endpoints string) epoch.ClientConfig {
+func (p *publicFlags) etcdConfig(endpoints string) etcdepoch.ClientConfig {
 	var eps []string
 	for _, e := range strings.Split(endpoints, ",") {
 		if e = strings.TrimSpace(e); e != "" {
 			eps = append(eps, e)
 		}
 	}
-	return epoch.ClientConfig{
+	return etcdepoch.ClientConfig{
 		Endpoints: eps, CACert: p.etcdCA, Cert: p.etcdCert, Key: p.etcdKey,
-		Username: p.etcdUser, Password: os.Getenv(epoch.EnvEtcdPassword),
+		Username: p.etcdUser, Password: os.Getenv(etcdepoch.EnvEtcdPassword),
 	}
 }
 

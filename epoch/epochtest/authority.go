@@ -12,11 +12,12 @@ import (
 	"likes/clock"
 	"likes/edge"
 	"likes/epoch"
+	"likes/epoch/etcdepoch"
 )
 
-func startKA(t testing.TB, cli *clientv3.Client, cfg epoch.Config, name string, clk clock.Clock) *epoch.KeepAlive {
+func startKA(t testing.TB, cli *clientv3.Client, cfg epoch.Config, name string, clk clock.Clock) *etcdepoch.KeepAlive {
 	t.Helper()
-	k, err := epoch.StartKeepAlive(context.Background(), cli, epoch.KeepAliveConfig{Config: cfg, Region: info(name), Clock: clk})
+	k, err := etcdepoch.StartKeepAlive(context.Background(), cli, etcdepoch.KeepAliveConfig{Config: cfg, Region: info(name), Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,9 +25,9 @@ func startKA(t testing.TB, cli *clientv3.Client, cfg epoch.Config, name string, 
 	return k
 }
 
-func startAuthority(t testing.TB, cli *clientv3.Client, cfg epoch.Config, self string, f epoch.Freshness, clk clock.Clock) *epoch.Authority {
+func startAuthority(t testing.TB, cli *clientv3.Client, cfg epoch.Config, self string, f etcdepoch.Freshness, clk clock.Clock) *etcdepoch.Authority {
 	t.Helper()
-	a, err := epoch.NewAuthority(cli, epoch.AuthorityConfig{Config: cfg, Self: self, Freshness: f, Clock: clk})
+	a, err := etcdepoch.NewAuthority(cli, etcdepoch.AuthorityConfig{Config: cfg, Self: self, Freshness: f, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +150,7 @@ func RunAuthority(t *testing.T, newClient func(t *testing.T) *clientv3.Client) {
 			t.Fatal(err)
 		}
 		const reread = 4500 * time.Millisecond
-		a, err := epoch.NewAuthority(newClient(t), epoch.AuthorityConfig{
+		a, err := etcdepoch.NewAuthority(newClient(t), etcdepoch.AuthorityConfig{
 			Config: cfg, Self: "a", Freshness: staticFreshness{}, SyncInterval: reread})
 		if err != nil {
 			t.Fatal(err)

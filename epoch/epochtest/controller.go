@@ -8,11 +8,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"likes/epoch"
+	"likes/epoch/etcdepoch"
 )
 
-func startController(t testing.TB, cli *clientv3.Client, cfg epoch.Config, name string, grace time.Duration, pref ...string) *epoch.Controller {
+func startController(t testing.TB, cli *clientv3.Client, cfg epoch.Config, name string, grace time.Duration, pref ...string) *etcdepoch.Controller {
 	t.Helper()
-	c, err := epoch.StartController(cli, epoch.ControllerConfig{Config: cfg, Name: name, Preference: pref, Grace: grace})
+	c, err := etcdepoch.StartController(cli, etcdepoch.ControllerConfig{Config: cfg, Name: name, Preference: pref, Grace: grace})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +127,7 @@ func RunFailback(t *testing.T, newClient func(t *testing.T) *clientv3.Client) {
 		if _, err := d.Drain(ctx, "a", "b", time.Now()); err != nil {
 			t.Fatal(err)
 		}
-		c, err := epoch.StartController(cli, epoch.ControllerConfig{Config: cfg, Name: "ctl", Preference: []string{"a", "b"},
+		c, err := etcdepoch.StartController(cli, etcdepoch.ControllerConfig{Config: cfg, Name: "ctl", Preference: []string{"a", "b"},
 			FailbackAfter: 300 * time.Millisecond, FailbackRate: 100})
 		if err != nil {
 			t.Fatal(err)
@@ -180,7 +181,7 @@ func ctxSleep(t testing.TB, d time.Duration) {
 }
 
 // waitPins polls until every pin satisfies ok and returns them.
-func waitPins(t testing.TB, d *epoch.Directory, what string, ok func(epoch.Pin) bool) []epoch.Pin {
+func waitPins(t testing.TB, d *etcdepoch.Directory, what string, ok func(epoch.Pin) bool) []epoch.Pin {
 	t.Helper()
 	var pins []epoch.Pin
 	Eventually(t, 15*time.Second, what, func() bool {

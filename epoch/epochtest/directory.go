@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"likes/epoch"
+	"likes/epoch/etcdepoch"
 )
 
 // RunDirectory is the contract of the pin directory, region leases and the
@@ -137,7 +138,7 @@ func RunDirectory(t *testing.T, newClient func(t *testing.T) *clientv3.Client) {
 		if err := d.Init(ctx, 4, []string{"a"}); err != nil {
 			t.Fatal(err)
 		}
-		p := must[epoch.Pin](t)(d.Move(ctx, 2, 1, "b", time.Time{}, epoch.Planned()))
+		p := must[epoch.Pin](t)(d.Move(ctx, 2, 1, "b", time.Time{}, etcdepoch.Planned()))
 		if !p.CatchUp || p.From != "a" || p.Epoch != 2 {
 			t.Fatalf("planned Move = %+v, want CatchUp from a at epoch 2", p)
 		}
@@ -149,10 +150,10 @@ func RunDirectory(t *testing.T, newClient func(t *testing.T) *clientv3.Client) {
 			t.Fatalf("Settle(epoch 1) = %v, want ErrEpochChanged", err)
 		}
 		// Moved on before it caught up: the next owner still catches up on a.
-		if c := must[epoch.Pin](t)(d.Move(ctx, 3, 1, "b", time.Time{}, epoch.Planned())); c.From != "a" {
+		if c := must[epoch.Pin](t)(d.Move(ctx, 3, 1, "b", time.Time{}, etcdepoch.Planned())); c.From != "a" {
 			t.Fatalf("first move %+v", c)
 		}
-		if c := must[epoch.Pin](t)(d.Move(ctx, 3, 2, "c", time.Time{}, epoch.Planned())); c.From != "a" || !c.CatchUp {
+		if c := must[epoch.Pin](t)(d.Move(ctx, 3, 2, "c", time.Time{}, etcdepoch.Planned())); c.From != "a" || !c.CatchUp {
 			t.Fatalf("move of a pin still catching up = %+v, want From a", c)
 		}
 		s := must[epoch.Pin](t)(d.Settle(ctx, 2, 2))
@@ -167,7 +168,7 @@ func RunDirectory(t *testing.T, newClient func(t *testing.T) *clientv3.Client) {
 		if u := must[epoch.Pin](t)(d.Move(ctx, 2, 2, "c", time.Time{})); u.CatchUp || u.From != "b" {
 			t.Fatalf("unplanned Move = %+v", u)
 		}
-		moved, err := d.Drain(ctx, "a", "c", time.Time{}, epoch.Planned())
+		moved, err := d.Drain(ctx, "a", "c", time.Time{}, etcdepoch.Planned())
 		if err != nil || len(moved) != 2 {
 			t.Fatalf("Drain = %v, %v; want 2 pins", moved, err)
 		}
@@ -302,12 +303,12 @@ func RunDirectory(t *testing.T, newClient func(t *testing.T) *clientv3.Client) {
 		t.Parallel()
 		cfg := Config(t, 4)
 		cli := newClient(t)
-		for _, kc := range []epoch.KeepAliveConfig{
+		for _, kc := range []etcdepoch.KeepAliveConfig{
 			{Config: cfg}, // no name
 			{Config: cfg, Region: epoch.RegionInfo{Name: "a/b"}}, // bad name
 			{Config: cfg, Region: info("a"), Interval: cfg.TTL},  // interval too long
 		} {
-			if k, err := epoch.StartKeepAlive(ctxFor(t), cli, kc); err == nil {
+			if k, err := etcdepoch.StartKeepAlive(ctxFor(t), cli, kc); err == nil {
 				_ = k.Close()
 				t.Fatalf("StartKeepAlive(%+v) succeeded", kc)
 			}

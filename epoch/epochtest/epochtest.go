@@ -22,6 +22,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"likes/epoch"
+	"likes/epoch/etcdembed"
+	"likes/epoch/etcdepoch"
 )
 
 // EnvEndpoints names the environment variable with comma-separated client
@@ -50,7 +52,7 @@ func EndpointsFromEnv(t testing.TB) []string {
 func Clients(endpoints []string) func(t *testing.T) *clientv3.Client {
 	return func(t *testing.T) *clientv3.Client {
 		t.Helper()
-		cli, err := epoch.NewClient(endpoints)
+		cli, err := etcdepoch.NewClient(endpoints)
 		if err != nil {
 			t.Fatalf("dial etcd %v: %v", endpoints, err)
 		}
@@ -74,11 +76,11 @@ func FreeAddr(t testing.TB) string {
 // StartEmbedded starts an embedded etcd on free loopback ports with a data
 // dir under t.TempDir, closed when t ends (register it before any client so
 // clients close first).
-func StartEmbedded(t testing.TB) *epoch.Embedded {
+func StartEmbedded(t testing.TB) *etcdembed.Embedded {
 	t.Helper()
 	var lastErr error
 	for range 3 { // a just-freed port can be taken by someone else
-		e, err := epoch.StartEmbedded(epoch.EmbeddedConfig{
+		e, err := etcdembed.StartEmbedded(etcdembed.EmbeddedConfig{
 			Dir:           t.TempDir(),
 			ClientAddr:    FreeAddr(t),
 			PeerAddr:      FreeAddr(t),
@@ -138,9 +140,9 @@ func must[T any](t testing.TB) func(T, error) T {
 	}
 }
 
-func newDir(t testing.TB, cli *clientv3.Client, cfg epoch.Config) *epoch.Directory {
+func newDir(t testing.TB, cli *clientv3.Client, cfg epoch.Config) *etcdepoch.Directory {
 	t.Helper()
-	d, err := epoch.NewDirectory(cli, cfg)
+	d, err := etcdepoch.NewDirectory(cli, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

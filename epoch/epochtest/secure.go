@@ -17,14 +17,15 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"likes/epoch"
+	"likes/epoch/etcdembed"
+	"likes/epoch/etcdepoch"
 )
 
 // SecureEtcd is an embedded etcd serving clients over mutual TLS with auth
 // enabled, and the files and credentials to reach it. Its certificates are
 // throwaway, generated under t.TempDir.
 type SecureEtcd struct {
-	*epoch.Embedded
+	*etcdembed.Embedded
 	// CA is the PEM CA that signed the server's and the client's certificates.
 	CA string
 	// Cert and Key are a client certificate the server accepts.
@@ -36,8 +37,8 @@ type SecureEtcd struct {
 }
 
 // Client returns the ClientConfig of s's likes user (a copy to adjust).
-func (s *SecureEtcd) Client() epoch.ClientConfig {
-	return epoch.ClientConfig{Endpoints: s.Endpoints(), CACert: s.CA, Cert: s.Cert, Key: s.Key, Username: s.User, Password: s.Password}
+func (s *SecureEtcd) Client() etcdepoch.ClientConfig {
+	return etcdepoch.ClientConfig{Endpoints: s.Endpoints(), CACert: s.CA, Cert: s.Cert, Key: s.Key, Username: s.User, Password: s.Password}
 }
 
 // Root dials s as root (to change users and roles in a test), closed when t ends.
@@ -45,7 +46,7 @@ func (s *SecureEtcd) Root(t testing.TB) *clientv3.Client {
 	t.Helper()
 	c := s.Client()
 	c.Username, c.Password = "root", s.RootPassword
-	cli, err := epoch.NewClientWith(c)
+	cli, err := etcdepoch.NewClientWith(c)
 	if err != nil {
 		t.Fatalf("dial etcd as root: %v", err)
 	}
@@ -64,9 +65,9 @@ func StartSecureEmbedded(t testing.TB) *SecureEtcd {
 	serverCert, serverKey := filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem")
 	var lastErr error
 	for range 3 { // a just-freed port can be taken by someone else
-		e, err := epoch.StartEmbedded(epoch.EmbeddedConfig{
+		e, err := etcdembed.StartEmbedded(etcdembed.EmbeddedConfig{
 			Dir: t.TempDir(), ClientAddr: FreeAddr(t), PeerAddr: FreeAddr(t), UnsafeNoFsync: true, UnsafeLowBcryptCost: true,
-			ClientTLS: epoch.EmbeddedTLS{CertFile: serverCert, KeyFile: serverKey, TrustedCAFile: s.CA, ClientCertAuth: true},
+			ClientTLS: etcdembed.EmbeddedTLS{CertFile: serverCert, KeyFile: serverKey, TrustedCAFile: s.CA, ClientCertAuth: true},
 		})
 		if err == nil {
 			t.Cleanup(e.Close)
@@ -80,7 +81,7 @@ func StartSecureEmbedded(t testing.TB) *SecureEtcd {
 	}
 	c := s.Client()
 	c.Username, c.Password = "", ""
-	cli, err := epoch.NewClientWith(c)
+	cli, err := etcdepoch.NewClientWith(c)
 	if err != nil {
 		t.Fatalf("dial secure etcd: %v", err)
 	}

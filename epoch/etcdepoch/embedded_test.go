@@ -1,4 +1,4 @@
-package epoch_test
+package etcdepoch_test
 
 import (
 	"context"
@@ -6,13 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"likes/epoch"
 	"likes/epoch/epochtest"
+	"likes/epoch/etcdembed"
+	"likes/epoch/etcdepoch"
 )
 
 func TestEmbeddedServesAndClosesIdempotently(t *testing.T) {
 	e := epochtest.StartEmbedded(t)
-	cli, err := epoch.NewClient(e.Endpoints())
+	cli, err := etcdepoch.NewClient(e.Endpoints())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +33,7 @@ func TestEmbeddedServesAndClosesIdempotently(t *testing.T) {
 }
 
 func TestEmbeddedConfigValidated(t *testing.T) {
-	if _, err := epoch.StartEmbedded(epoch.EmbeddedConfig{Dir: t.TempDir()}); err == nil {
+	if _, err := etcdembed.StartEmbedded(etcdembed.EmbeddedConfig{Dir: t.TempDir()}); err == nil {
 		t.Fatal("StartEmbedded without addresses succeeded")
 	}
 }
@@ -48,7 +49,7 @@ func TestClientTLSAndAuth(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	cli, err := epoch.NewClientWith(s.Client())
+	cli, err := etcdepoch.NewClientWith(s.Client())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,14 +61,14 @@ func TestClientTLSAndAuth(t *testing.T) {
 	wrong := s.Client()
 	wrong.Password = "not-the-password"
 	wrong.DialTimeout = 3 * time.Second
-	if c, err := epoch.NewClientWith(wrong); err == nil {
+	if c, err := etcdepoch.NewClientWith(wrong); err == nil {
 		_ = c.Close()
 		t.Fatal("wrong password accepted")
 	}
 
 	anon := s.Client()
 	anon.Username, anon.Password = "", ""
-	if c, err := epoch.NewClientWith(anon); err != nil {
+	if c, err := etcdepoch.NewClientWith(anon); err != nil {
 		t.Fatal(err)
 	} else {
 		_, perr := c.Put(ctx, "/k", "anon")
@@ -80,7 +81,7 @@ func TestClientTLSAndAuth(t *testing.T) {
 	noCert := s.Client()
 	noCert.Cert, noCert.Key = "", ""
 	noCert.DialTimeout = 3 * time.Second
-	if c, err := epoch.NewClientWith(noCert); err == nil {
+	if c, err := etcdepoch.NewClientWith(noCert); err == nil {
 		short, cancel := context.WithTimeout(ctx, 3*time.Second)
 		_, perr := c.Put(short, "/k", "nocert")
 		cancel()
@@ -90,14 +91,14 @@ func TestClientTLSAndAuth(t *testing.T) {
 		}
 	}
 
-	for name, c := range map[string]epoch.ClientConfig{
+	for name, c := range map[string]etcdepoch.ClientConfig{
 		"no endpoints":  {},
 		"http with TLS": {Endpoints: []string{"http://127.0.0.1:1"}, CACert: s.CA},
 		"cert no key":   {Endpoints: []string{"https://127.0.0.1:1"}, Cert: s.Cert},
 		"password only": {Endpoints: []string{"http://127.0.0.1:1"}, Password: "p"},
 		"bad endpoint":  {Endpoints: []string{"127.0.0.1:2379"}},
 	} {
-		if c, err := epoch.NewClientWith(c); !errors.Is(err, epoch.ErrClientConfig) {
+		if c, err := etcdepoch.NewClientWith(c); !errors.Is(err, etcdepoch.ErrClientConfig) {
 			if c != nil {
 				_ = c.Close()
 			}

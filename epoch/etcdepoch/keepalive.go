@@ -1,10 +1,11 @@
-package epoch
+package etcdepoch
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"likes/epoch"
 	"sync"
 	"time"
 
@@ -22,9 +23,9 @@ type Freshness interface {
 
 // KeepAliveConfig configures a region's lease.
 type KeepAliveConfig struct {
-	Config
+	epoch.Config
 	// Region is this region's registration (Name required).
-	Region RegionInfo
+	Region epoch.RegionInfo
 	// Interval between keepalives (default TTL/4, at most (TTL − Margin)/2).
 	Interval time.Duration
 	// Clock stamps keepalives (default clock.Real). Scheduling is real time.
@@ -67,7 +68,7 @@ func StartKeepAlive(ctx context.Context, cli *clientv3.Client, cfg KeepAliveConf
 	if cfg.Config, err = cfg.Config.WithDefaults(); err != nil {
 		return nil, err
 	}
-	if err := validRegion(cfg.Region.Name); err != nil {
+	if err := epoch.ValidRegion(cfg.Region.Name); err != nil {
 		return nil, err
 	}
 	if cfg.Interval == 0 {
@@ -100,14 +101,14 @@ func StartKeepAlive(ctx context.Context, cli *clientv3.Client, cfg KeepAliveConf
 // register grants a fresh lease and binds the region key to it.
 func (k *KeepAlive) register(ctx context.Context) error {
 	sent := k.cfg.Clock.Now()
-	g, err := k.cli.Grant(ctx, k.cfg.ttlSeconds())
+	g, err := k.cli.Grant(ctx, k.cfg.TTLSeconds())
 	if err != nil {
 		return fmt.Errorf("epoch: grant lease for %s: %w", k.cfg.Region.Name, err)
 	}
 	k.mu.Lock()
 	value := k.value
 	k.mu.Unlock()
-	if _, err := k.cli.Put(ctx, k.cfg.regionKey(k.cfg.Region.Name), value, clientv3.WithLease(g.ID)); err != nil {
+	if _, err := k.cli.Put(ctx, k.cfg.RegionKey(k.cfg.Region.Name), value, clientv3.WithLease(g.ID)); err != nil {
 		return fmt.Errorf("epoch: register %s: %w", k.cfg.Region.Name, err)
 	}
 	k.mu.Lock()
@@ -165,7 +166,7 @@ func (k *KeepAlive) tryRegister(ctx context.Context) {
 	_ = k.register(cctx) // failure: try again next tick
 }
 
-// SetDraining marks the registration as draining (RegionInfo.Draining), under
+// SetDraining marks the registration as draining (epoch.RegionInfo.Draining), under
 // the same lease, so the Controller stops failing ranges back to this region
 // while it hands them off. It stays marked until the process ends: a region
 // that restarts registers afresh, not draining.
@@ -183,7 +184,7 @@ func (k *KeepAlive) SetDraining(ctx context.Context) error {
 	if id == clientv3.NoLease {
 		return fmt.Errorf("epoch: mark %s draining: %w", k.cfg.Region.Name, ErrNoLeaseProof)
 	}
-	if _, err := k.cli.Put(ctx, k.cfg.regionKey(k.cfg.Region.Name), string(b), clientv3.WithLease(id)); err != nil {
+	if _, err := k.cli.Put(ctx, k.cfg.RegionKey(k.cfg.Region.Name), string(b), clientv3.WithLease(id)); err != nil {
 		return fmt.Errorf("epoch: mark %s draining: %w", k.cfg.Region.Name, err)
 	}
 	return nil

@@ -1,4 +1,4 @@
-package epoch_test
+package etcdepoch_test
 
 import (
 	"testing"

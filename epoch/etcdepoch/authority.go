@@ -1,9 +1,10 @@
-package epoch
+package etcdepoch
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"likes/epoch"
 	"sync"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 
 // AuthorityConfig configures an Authority.
 type AuthorityConfig struct {
-	Config
+	epoch.Config
 	// Self is this region's name (required).
 	Self string
 	// Freshness is this region's lease proof, normally its *KeepAlive (required).
@@ -32,7 +33,7 @@ type AuthorityConfig struct {
 // watch and from re-reads, deleted keeps a tombstone so an older read cannot
 // resurrect a deleted pin.
 type pinEntry struct {
-	pin     Pin
+	pin     epoch.Pin
 	modRev  int64
 	deleted bool
 }
@@ -40,7 +41,7 @@ type pinEntry struct {
 // Authority implements edge.Authority for one region from an in-memory pin
 // table kept current by an etcd watch, plus periodic linearizable re-reads
 // that prove the table current (the watch alone cannot prove it missed
-// nothing). Authorize applies Decide with the older of the lease proof and
+// nothing). Authorize applies epoch.Decide with the older of the lease proof and
 // the table proof.
 type Authority struct {
 	cli    *clientv3.Client
@@ -68,7 +69,7 @@ func NewAuthority(cli *clientv3.Client, cfg AuthorityConfig) (*Authority, error)
 	if cfg.Config, err = cfg.Config.WithDefaults(); err != nil {
 		return nil, err
 	}
-	if err := validRegion(cfg.Self); err != nil {
+	if err := epoch.ValidRegion(cfg.Self); err != nil {
 		return nil, err
 	}
 	if cfg.Freshness == nil {
@@ -93,7 +94,7 @@ func NewAuthority(cli *clientv3.Client, cfg AuthorityConfig) (*Authority, error)
 }
 
 // Authorize implements edge.Authority: the epoch under which this region may
-// write user's edges now, or *NotOwnerError / *FailClosedError.
+// write user's edges now, or *epoch.NotOwnerError / *epoch.FailClosedError.
 func (a *Authority) Authorize(_ context.Context, user string) (uint64, error) {
 	rng := edge.RangeOf(user, a.cfg.Ranges)
 	a.mu.RLock()
@@ -103,20 +104,20 @@ func (a *Authority) Authorize(_ context.Context, user string) (uint64, error) {
 	if synced.Before(proof) {
 		proof = synced
 	}
-	return Decide(pin, a.cfg.Self, a.cfg.Clock.Now(), proof, a.cfg.TTL, a.cfg.Margin)
+	return epoch.Decide(pin, a.cfg.Self, a.cfg.Clock.Now(), proof, a.cfg.TTL, a.cfg.Margin)
 }
 
-func (a *Authority) pinLocked(rng uint32) Pin {
+func (a *Authority) pinLocked(rng uint32) epoch.Pin {
 	e := a.table[rng]
 	if e.deleted || e.modRev == 0 {
-		return Pin{Range: rng}
+		return epoch.Pin{Range: rng}
 	}
 	return e.pin
 }
 
 // Owner is the region pinned for user's range and its epoch, as last seen
 // ("" and 0 when unknown): where to forward a write this region refuses.
-func (a *Authority) Owner(user string) (region string, epoch uint64) {
+func (a *Authority) Owner(user string) (region string, ep uint64) {
 	rng := edge.RangeOf(user, a.cfg.Ranges)
 	a.mu.RLock()
 	defer a.mu.RUnlock()
@@ -125,10 +126,10 @@ func (a *Authority) Owner(user string) (region string, epoch uint64) {
 }
 
 // Pins is a snapshot of the known pins, by range.
-func (a *Authority) Pins() []Pin {
+func (a *Authority) Pins() []epoch.Pin {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	out := make([]Pin, 0, len(a.table))
+	out := make([]epoch.Pin, 0, len(a.table))
 	for i := range a.table {
 		if p := a.pinLocked(uint32(i)); p.Region != "" {
 			out = append(out, p)
@@ -141,11 +142,11 @@ func (a *Authority) Pins() []Pin {
 func (a *Authority) Self() string { return a.cfg.Self }
 
 // CatchingUp lists the pins naming this region that wait for it to catch up
-// after a planned move (Pin.CatchUp), by range.
-func (a *Authority) CatchingUp() []Pin {
+// after a planned move (epoch.Pin.CatchUp), by range.
+func (a *Authority) CatchingUp() []epoch.Pin {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	var out []Pin
+	var out []epoch.Pin
 	for i := range a.table {
 		if p := a.pinLocked(uint32(i)); p.Region == a.cfg.Self && p.CatchUp {
 			out = append(out, p)
@@ -156,13 +157,13 @@ func (a *Authority) CatchingUp() []Pin {
 
 // Seen reports whether this region's table holds range rng at epoch or later:
 // once it does, Authorize refuses that range's writes under older epochs.
-func (a *Authority) Seen(rng uint32, epoch uint64) bool {
+func (a *Authority) Seen(rng uint32, ep uint64) bool {
 	if int(rng) >= len(a.table) {
 		return false
 	}
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	return a.pinLocked(rng).Epoch >= epoch
+	return a.pinLocked(rng).Epoch >= ep
 }
 
 // WaitSynced waits for the first full read of the pins.
@@ -208,7 +209,7 @@ func (a *Authority) loop(ctx context.Context) {
 func (a *Authority) watch(ctx context.Context, rev int64, tick <-chan time.Time) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := a.cli.Watch(wctx, a.cfg.pinsPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	wch := a.cli.Watch(wctx, a.cfg.PinsPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	for {
 		select {
 		case <-ctx.Done():
@@ -236,7 +237,7 @@ func (a *Authority) sync(ctx context.Context) (int64, error) {
 	sent := a.cfg.Clock.Now()
 	cctx, cancel := context.WithTimeout(ctx, a.cfg.SyncInterval)
 	defer cancel()
-	resp, err := a.cli.Get(cctx, a.cfg.pinsPrefix(), clientv3.WithPrefix())
+	resp, err := a.cli.Get(cctx, a.cfg.PinsPrefix(), clientv3.WithPrefix())
 	if err != nil {
 		return 0, err
 	}
@@ -268,7 +269,7 @@ func (a *Authority) sync(ctx context.Context) (int64, error) {
 
 // applyLocked merges one key version if it is newer than what the table has.
 func (a *Authority) applyLocked(kv *mvccpb.KeyValue, deleted bool) (uint32, bool) {
-	rng, ok := a.cfg.parsePinKey(kv.Key)
+	rng, ok := parsePinKey(a.cfg.Config, kv.Key)
 	if !ok {
 		return 0, false
 	}
@@ -296,7 +297,7 @@ var ErrNoLeaseProof = errors.New("epoch: no fresh lease proof")
 
 // LeaseProof reports whether this region can prove, now, both its lease and
 // that its pin table is current: the freshness rule Authorize applies to
-// every write (Decide), independent of any pin. A region that has lost etcd
+// every write (epoch.Decide), independent of any pin. A region that has lost etcd
 // (unreachable, or its credentials revoked) fails it within ttl − margin.
 func (a *Authority) LeaseProof() error {
 	a.mu.RLock()

@@ -1,4 +1,4 @@
-package epoch
+package etcdembed
 
 import (
 	"errors"
@@ -9,6 +9,9 @@ import (
 
 	"go.etcd.io/etcd/server/v3/embed"
 )
+
+// ErrConfig prefixes configuration errors of the embedded server.
+var ErrConfig = errors.New("etcdembed: bad configuration")
 
 // EmbeddedConfig configures an in-process, single-member etcd server.
 type EmbeddedConfig struct {
@@ -66,7 +69,7 @@ func StartEmbedded(c EmbeddedConfig) (*Embedded, error) {
 	scheme := "http"
 	if c.ClientTLS.CertFile != "" || c.ClientTLS.KeyFile != "" {
 		if c.ClientTLS.CertFile == "" || c.ClientTLS.KeyFile == "" {
-			return nil, fmt.Errorf("%w: ClientTLS needs both CertFile and KeyFile", ErrClientConfig)
+			return nil, fmt.Errorf("%w: ClientTLS needs both CertFile and KeyFile", ErrConfig)
 		}
 		scheme = "https"
 	}

@@ -1,10 +1,11 @@
-package epoch
+package etcdepoch
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"likes/epoch"
 	"sort"
 	"strings"
 	"sync"
@@ -19,7 +20,7 @@ import (
 
 // ControllerConfig configures automatic failover.
 type ControllerConfig struct {
-	Config
+	epoch.Config
 	// Name identifies this candidate in the election (required).
 	Name string
 	// Preference orders the regions: a dead region's ranges go to the next
@@ -38,9 +39,9 @@ type ControllerConfig struct {
 	// Clock stamps notBefore (default clock.Real). Scheduling is real time.
 	Clock clock.Clock
 	// Homes lists the regions in the order Directory.Init was given, which
-	// makes each range's home (Home); default Preference.
+	// makes each range's home (epoch.Home); default Preference.
 	Homes []string
-	// FailbackAfter is how long a range's home region (Home over Homes)
+	// FailbackAfter is how long a range's home region (epoch.Home over Homes)
 	// must have been live, and not draining, before the range moves back to
 	// it as a planned move (default 30s; negative disables failback).
 	FailbackAfter time.Duration
@@ -81,7 +82,7 @@ func StartController(cli *clientv3.Client, cfg ControllerConfig) (*Controller, e
 		return nil, errors.New("epoch: ControllerConfig needs Name")
 	}
 	for _, r := range cfg.Preference {
-		if err := validRegion(r); err != nil {
+		if err := epoch.ValidRegion(r); err != nil {
 			return nil, err
 		}
 	}
@@ -171,12 +172,12 @@ func (c *Controller) loop(ctx context.Context) {
 	for ctx.Err() == nil {
 		// The session must outlive ctx so Close can still resign and revoke.
 		sess, err := concurrency.NewSession(c.cli,
-			concurrency.WithTTL(int(c.cfg.ttlSeconds())), concurrency.WithContext(context.Background()))
+			concurrency.WithTTL(int(c.cfg.TTLSeconds())), concurrency.WithContext(context.Background()))
 		if err != nil {
 			sleepCtx(ctx, backoff)
 			continue
 		}
-		el := concurrency.NewElection(sess, c.cfg.electionPrefix())
+		el := concurrency.NewElection(sess, c.cfg.ElectionPrefix())
 		if err := el.Campaign(ctx, c.cfg.Name); err != nil {
 			c.closeSession(sess, nil)
 			sleepCtx(ctx, backoff)
@@ -212,7 +213,7 @@ func (c *Controller) lead(ctx context.Context) {
 	tick := time.NewTicker(c.cfg.Resync)
 	defer tick.Stop()
 	for ctx.Err() == nil {
-		resp, err := c.cli.Get(ctx, c.cfg.regionsPrefix(), clientv3.WithPrefix())
+		resp, err := c.cli.Get(ctx, c.cfg.RegionsPrefix(), clientv3.WithPrefix())
 		if err != nil {
 			sleepCtx(ctx, c.cfg.TTL/4)
 			continue
@@ -236,7 +237,7 @@ func (c *Controller) lead(ctx context.Context) {
 		}
 
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		wch := c.cli.Watch(wctx, c.cfg.regionsPrefix(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+		wch := c.cli.Watch(wctx, c.cfg.RegionsPrefix(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
 	watching:
 		for {
 			select {
@@ -271,7 +272,7 @@ func (c *Controller) lead(ctx context.Context) {
 
 // regionName is the region of a lease key (delete events carry no value).
 func (c *Controller) regionName(kv *mvccpb.KeyValue) string {
-	return strings.TrimPrefix(string(kv.Key), c.cfg.regionsPrefix())
+	return strings.TrimPrefix(string(kv.Key), c.cfg.RegionsPrefix())
 }
 
 // reconcile moves every range whose region is dead. absent maps a region to
@@ -364,7 +365,7 @@ func (f *failback) seen(name string, value []byte, now time.Time) {
 	if _, ok := f.since[name]; !ok {
 		f.since[name] = now
 	}
-	var ri RegionInfo
+	var ri epoch.RegionInfo
 	f.draining[name] = json.Unmarshal(value, &ri) == nil && ri.Draining
 }
 
@@ -397,7 +398,7 @@ func (c *Controller) failBack(ctx context.Context, live map[string]bool, f *fail
 	}
 	now := time.Now()
 	for _, p := range pins {
-		home := Home(p.Range, c.cfg.Homes)
+		home := epoch.Home(p.Range, c.cfg.Homes)
 		if home == "" || home == p.Region || p.CatchUp || !live[p.Region] || !live[home] || f.draining[home] {
 			continue
 		}

@@ -1,10 +1,11 @@
-package epoch
+package etcdepoch
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"likes/epoch"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,13 +13,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// ErrEpochChanged is returned by Move when the pin is no longer at the
-// expected epoch (another move won the race). Re-read the pin and decide again.
-var ErrEpochChanged = errors.New("epoch: pin epoch changed")
-
-// ErrNoPin is returned for a range that has no pin (Init not run).
-var ErrNoPin = errors.New("epoch: no pin for range")
 
 // initBatch is how many pins one Init transaction creates (etcd's default
 // limit is 128 operations per transaction side).
@@ -33,7 +27,7 @@ type pinValue struct {
 	From        string `json:"from,omitempty"`
 }
 
-func encodePin(p Pin) string {
+func encodePin(p epoch.Pin) string {
 	v := pinValue{Region: p.Region, Epoch: p.Epoch, CatchUp: p.CatchUp, From: p.From}
 	if !p.NotBefore.IsZero() {
 		v.NotBeforeMs = p.NotBefore.UnixMilli()
@@ -42,15 +36,15 @@ func encodePin(p Pin) string {
 	return string(b)
 }
 
-func decodePin(rng uint32, b []byte) (Pin, error) {
+func decodePin(rng uint32, b []byte) (epoch.Pin, error) {
 	var v pinValue
 	if err := json.Unmarshal(b, &v); err != nil {
-		return Pin{}, fmt.Errorf("epoch: pin %d: %w", rng, err)
+		return epoch.Pin{}, fmt.Errorf("epoch: pin %d: %w", rng, err)
 	}
 	if v.Region == "" || v.Epoch == 0 {
-		return Pin{}, fmt.Errorf("epoch: pin %d: incomplete value %s", rng, b)
+		return epoch.Pin{}, fmt.Errorf("epoch: pin %d: incomplete value %s", rng, b)
 	}
-	p := Pin{Range: rng, Region: v.Region, Epoch: v.Epoch, CatchUp: v.CatchUp, From: v.From}
+	p := epoch.Pin{Range: rng, Region: v.Region, Epoch: v.Epoch, CatchUp: v.CatchUp, From: v.From}
 	if v.NotBeforeMs != 0 {
 		p.NotBefore = time.UnixMilli(v.NotBeforeMs)
 	}
@@ -58,8 +52,8 @@ func decodePin(rng uint32, b []byte) (Pin, error) {
 }
 
 // parsePinKey returns the range of a key under the pins prefix.
-func (c Config) parsePinKey(key []byte) (uint32, bool) {
-	s, ok := strings.CutPrefix(string(key), c.pinsPrefix())
+func parsePinKey(c epoch.Config, key []byte) (uint32, bool) {
+	s, ok := strings.CutPrefix(string(key), c.PinsPrefix())
 	if !ok || len(s) != 5 {
 		return 0, false
 	}
@@ -70,34 +64,15 @@ func (c Config) parsePinKey(key []byte) (uint32, bool) {
 	return uint32(n), true
 }
 
-// RegionInfo is a live region's registration, the value of its lease key.
-type RegionInfo struct {
-	Name string `json:"name"`
-	HTTP string `json:"http,omitempty"`
-	GRPC string `json:"grpc,omitempty"`
-	// Draining is set by a region that is stopping gracefully
-	// (KeepAlive.SetDraining): it is handing its ranges off, so no range
-	// fails back to it and no drain picks it as a target.
-	Draining bool `json:"draining,omitempty"`
-}
-
-// validRegion rejects names that cannot be one key segment.
-func validRegion(name string) error {
-	if name == "" || strings.ContainsAny(name, "/ \t\n") || len(name) > 128 {
-		return fmt.Errorf("epoch: invalid region name %q", name)
-	}
-	return nil
-}
-
 // Directory reads and writes pins and region registrations in etcd. It holds
 // no state of its own and is safe for concurrent use.
 type Directory struct {
 	cli *clientv3.Client
-	cfg Config
+	cfg epoch.Config
 }
 
 // NewDirectory validates cfg (filling defaults) and wraps cli.
-func NewDirectory(cli *clientv3.Client, cfg Config) (*Directory, error) {
+func NewDirectory(cli *clientv3.Client, cfg epoch.Config) (*Directory, error) {
 	if cli == nil {
 		return nil, errors.New("epoch: NewDirectory needs a client")
 	}
@@ -108,12 +83,12 @@ func NewDirectory(cli *clientv3.Client, cfg Config) (*Directory, error) {
 	return &Directory{cli: cli, cfg: cfg}, nil
 }
 
-// Config is the directory's validated configuration.
-func (d *Directory) Config() Config { return d.cfg }
+// epoch.Config is the directory's validated configuration.
+func (d *Directory) Config() epoch.Config { return d.cfg }
 
 // Init creates the pins of a new cluster: range i → regions[i % len(regions)]
 // at epoch 1, each only if absent, so Init is idempotent and never lowers an
-// epoch or undoes a move. ranges must equal Config.Ranges; it is recorded on
+// epoch or undoes a move. ranges must equal epoch.Config.Ranges; it is recorded on
 // first use and a later Init with another value fails.
 func (d *Directory) Init(ctx context.Context, ranges int, regions []string) error {
 	if ranges != d.cfg.Ranges {
@@ -123,15 +98,15 @@ func (d *Directory) Init(ctx context.Context, ranges int, regions []string) erro
 		return errors.New("epoch: Init needs at least one region")
 	}
 	for _, r := range regions {
-		if err := validRegion(r); err != nil {
+		if err := epoch.ValidRegion(r); err != nil {
 			return err
 		}
 	}
 	want := strconv.Itoa(ranges)
-	mk := d.cfg.rangesKey()
+	mk := d.cfg.RangesKey()
 	resp, err := d.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(mk), "=", 0)).
-		Then(clientv3.OpPut(mk, want), clientv3.OpPut(d.cfg.homesKey(), strings.Join(regions, ","))).
+		Then(clientv3.OpPut(mk, want), clientv3.OpPut(d.cfg.HomesKey(), strings.Join(regions, ","))).
 		Else(clientv3.OpGet(mk)).Commit()
 	if err != nil {
 		return fmt.Errorf("epoch: init: %w", err)
@@ -156,8 +131,8 @@ func (d *Directory) Init(ctx context.Context, ranges int, regions []string) erro
 // on a lost race it reads again.
 func (d *Directory) initBatch(ctx context.Context, lo, hi int, regions []string) error {
 	for {
-		resp, err := d.cli.Get(ctx, d.cfg.pinKey(uint32(lo)),
-			clientv3.WithRange(d.cfg.pinKey(uint32(hi))), clientv3.WithKeysOnly())
+		resp, err := d.cli.Get(ctx, d.cfg.PinKey(uint32(lo)),
+			clientv3.WithRange(d.cfg.PinKey(uint32(hi))), clientv3.WithKeysOnly())
 		if err != nil {
 			return fmt.Errorf("epoch: init: %w", err)
 		}
@@ -168,12 +143,12 @@ func (d *Directory) initBatch(ctx context.Context, lo, hi int, regions []string)
 		var cmps []clientv3.Cmp
 		var puts []clientv3.Op
 		for i := lo; i < hi; i++ {
-			k := d.cfg.pinKey(uint32(i))
+			k := d.cfg.PinKey(uint32(i))
 			if have[k] {
 				continue
 			}
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(k), "=", 0))
-			puts = append(puts, clientv3.OpPut(k, encodePin(Pin{Region: regions[i%len(regions)], Epoch: 1})))
+			puts = append(puts, clientv3.OpPut(k, encodePin(epoch.Pin{Region: regions[i%len(regions)], Epoch: 1})))
 		}
 		if len(puts) == 0 {
 			return nil
@@ -189,20 +164,20 @@ func (d *Directory) initBatch(ctx context.Context, lo, hi int, regions []string)
 }
 
 // Pins lists every pin, by range.
-func (d *Directory) Pins(ctx context.Context) ([]Pin, error) {
+func (d *Directory) Pins(ctx context.Context) ([]epoch.Pin, error) {
 	pins, _, err := d.pins(ctx)
 	return pins, err
 }
 
 // pins also returns the read's revision.
-func (d *Directory) pins(ctx context.Context) ([]Pin, int64, error) {
-	resp, err := d.cli.Get(ctx, d.cfg.pinsPrefix(), clientv3.WithPrefix())
+func (d *Directory) pins(ctx context.Context) ([]epoch.Pin, int64, error) {
+	resp, err := d.cli.Get(ctx, d.cfg.PinsPrefix(), clientv3.WithPrefix())
 	if err != nil {
 		return nil, 0, fmt.Errorf("epoch: read pins: %w", err)
 	}
-	pins := make([]Pin, 0, len(resp.Kvs))
+	pins := make([]epoch.Pin, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		rng, ok := d.cfg.parsePinKey(kv.Key)
+		rng, ok := parsePinKey(d.cfg, kv.Key)
 		if !ok {
 			continue
 		}
@@ -216,17 +191,17 @@ func (d *Directory) pins(ctx context.Context) ([]Pin, int64, error) {
 	return pins, resp.Header.Revision, nil
 }
 
-// Pin reads one range's pin (ErrNoPin if absent).
-func (d *Directory) Pin(ctx context.Context, rng uint32) (Pin, error) {
+// Pin reads one range's pin (epoch.ErrNoPin if absent).
+func (d *Directory) Pin(ctx context.Context, rng uint32) (epoch.Pin, error) {
 	if int(rng) >= d.cfg.Ranges {
-		return Pin{}, fmt.Errorf("epoch: range %d out of [0, %d)", rng, d.cfg.Ranges)
+		return epoch.Pin{}, fmt.Errorf("epoch: range %d out of [0, %d)", rng, d.cfg.Ranges)
 	}
-	resp, err := d.cli.Get(ctx, d.cfg.pinKey(rng))
+	resp, err := d.cli.Get(ctx, d.cfg.PinKey(rng))
 	if err != nil {
-		return Pin{}, fmt.Errorf("epoch: read pin %d: %w", rng, err)
+		return epoch.Pin{}, fmt.Errorf("epoch: read pin %d: %w", rng, err)
 	}
 	if len(resp.Kvs) == 0 {
-		return Pin{}, fmt.Errorf("%w %d", ErrNoPin, rng)
+		return epoch.Pin{}, fmt.Errorf("%w %d", epoch.ErrNoPin, rng)
 	}
 	return decodePin(rng, resp.Kvs[0].Value)
 }
@@ -245,39 +220,39 @@ type moveOptions struct{ planned bool }
 func Planned() MoveOption { return func(o *moveOptions) { o.planned = true } }
 
 // Move pins range rng to region to at epoch expectEpoch+1 with the given
-// notBefore (normally Config.NotBefore(now)), in one etcd transaction that
+// notBefore (normally epoch.Config.NotBefore(now)), in one etcd transaction that
 // only applies if the stored pin is the one read at expectEpoch (compared by
 // its mod revision, which pins the exact value and so its epoch). It returns
-// the new pin, or an error wrapping ErrEpochChanged when the stored epoch is
+// the new pin, or an error wrapping epoch.ErrEpochChanged when the stored epoch is
 // not expectEpoch (another move won).
-func (d *Directory) Move(ctx context.Context, rng uint32, expectEpoch uint64, to string, notBefore time.Time, opts ...MoveOption) (Pin, error) {
+func (d *Directory) Move(ctx context.Context, rng uint32, expectEpoch uint64, to string, notBefore time.Time, opts ...MoveOption) (epoch.Pin, error) {
 	var o moveOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if err := validRegion(to); err != nil {
-		return Pin{}, err
+	if err := epoch.ValidRegion(to); err != nil {
+		return epoch.Pin{}, err
 	}
 	if int(rng) >= d.cfg.Ranges {
-		return Pin{}, fmt.Errorf("epoch: range %d out of [0, %d)", rng, d.cfg.Ranges)
+		return epoch.Pin{}, fmt.Errorf("epoch: range %d out of [0, %d)", rng, d.cfg.Ranges)
 	}
-	key := d.cfg.pinKey(rng)
+	key := d.cfg.PinKey(rng)
 	resp, err := d.cli.Get(ctx, key)
 	if err != nil {
-		return Pin{}, fmt.Errorf("epoch: move range %d: %w", rng, err)
+		return epoch.Pin{}, fmt.Errorf("epoch: move range %d: %w", rng, err)
 	}
 	for {
 		if len(resp.Kvs) == 0 {
-			return Pin{}, fmt.Errorf("%w %d", ErrNoPin, rng)
+			return epoch.Pin{}, fmt.Errorf("%w %d", epoch.ErrNoPin, rng)
 		}
 		kv := resp.Kvs[0]
 		cur, err := decodePin(rng, kv.Value)
 		if err != nil {
-			return Pin{}, err
+			return epoch.Pin{}, err
 		}
 		if cur.Epoch != expectEpoch {
 			return cur, fmt.Errorf("%w: range %d is at epoch %d (region %q), expected %d",
-				ErrEpochChanged, rng, cur.Epoch, cur.Region, expectEpoch)
+				epoch.ErrEpochChanged, rng, cur.Epoch, cur.Region, expectEpoch)
 		}
 		// A new epoch never starts before the current one may: the current
 		// owner may write until its own notBefore-based window has passed.
@@ -291,13 +266,13 @@ func (d *Directory) Move(ctx context.Context, rng uint32, expectEpoch uint64, to
 		if cur.CatchUp && cur.From != "" {
 			from = cur.From
 		}
-		next := Pin{Range: rng, Region: to, Epoch: expectEpoch + 1, NotBefore: start, CatchUp: o.planned, From: from}
+		next := epoch.Pin{Range: rng, Region: to, Epoch: expectEpoch + 1, NotBefore: start, CatchUp: o.planned, From: from}
 		tr, err := d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
 			Then(clientv3.OpPut(key, encodePin(next))).
 			Else(clientv3.OpGet(key)).Commit()
 		if err != nil {
-			return Pin{}, fmt.Errorf("epoch: move range %d: %w", rng, err)
+			return epoch.Pin{}, fmt.Errorf("epoch: move range %d: %w", rng, err)
 		}
 		if tr.Succeeded {
 			return decodePin(rng, []byte(encodePin(next))) // normalised to ms, as stored
@@ -308,13 +283,13 @@ func (d *Directory) Move(ctx context.Context, rng uint32, expectEpoch uint64, to
 }
 
 // Drain moves every range pinned to from over to to, each by its own Move at
-// notBefore, or at Config.NotBefore(now) when that is later: a drain of many
+// notBefore, or at epoch.Config.NotBefore(now) when that is later: a drain of many
 // ranges can outlast a notBefore computed before it started, and a range must
 // never become writable by to sooner than TTL + MaxSkew after its own move
 // (the old owner may write until TTL − Margin after it). A range moved
 // concurrently by someone else is re-read and skipped if it left from. It
 // returns the pins it moved.
-func (d *Directory) Drain(ctx context.Context, from, to string, notBefore time.Time, opts ...MoveOption) ([]Pin, error) {
+func (d *Directory) Drain(ctx context.Context, from, to string, notBefore time.Time, opts ...MoveOption) ([]epoch.Pin, error) {
 	if from == to {
 		return nil, fmt.Errorf("epoch: drain from %q to itself", from)
 	}
@@ -322,7 +297,7 @@ func (d *Directory) Drain(ctx context.Context, from, to string, notBefore time.T
 	if err != nil {
 		return nil, err
 	}
-	var moved []Pin
+	var moved []epoch.Pin
 	for _, p := range pins {
 		for p.Region == from {
 			nb := notBefore
@@ -334,7 +309,7 @@ func (d *Directory) Drain(ctx context.Context, from, to string, notBefore time.T
 				moved = append(moved, np)
 				break
 			}
-			if !errors.Is(err, ErrEpochChanged) {
+			if !errors.Is(err, epoch.ErrEpochChanged) {
 				return moved, err
 			}
 			p = np // the current pin; loop if still on from
@@ -346,27 +321,27 @@ func (d *Directory) Drain(ctx context.Context, from, to string, notBefore time.T
 // Settle clears CatchUp on range rng's pin if it is still at epoch: the new
 // owner of a planned move calls it once it has caught up on every live
 // region's log. It returns the pin as stored afterwards; a pin that moved on
-// (another epoch) is left alone and returned with ErrEpochChanged.
-func (d *Directory) Settle(ctx context.Context, rng uint32, epoch uint64) (Pin, error) {
+// (another epoch) is left alone and returned with epoch.ErrEpochChanged.
+func (d *Directory) Settle(ctx context.Context, rng uint32, ep uint64) (epoch.Pin, error) {
 	if int(rng) >= d.cfg.Ranges {
-		return Pin{}, fmt.Errorf("epoch: range %d out of [0, %d)", rng, d.cfg.Ranges)
+		return epoch.Pin{}, fmt.Errorf("epoch: range %d out of [0, %d)", rng, d.cfg.Ranges)
 	}
-	key := d.cfg.pinKey(rng)
+	key := d.cfg.PinKey(rng)
 	for {
 		resp, err := d.cli.Get(ctx, key)
 		if err != nil {
-			return Pin{}, fmt.Errorf("epoch: settle range %d: %w", rng, err)
+			return epoch.Pin{}, fmt.Errorf("epoch: settle range %d: %w", rng, err)
 		}
 		if len(resp.Kvs) == 0 {
-			return Pin{}, fmt.Errorf("%w %d", ErrNoPin, rng)
+			return epoch.Pin{}, fmt.Errorf("%w %d", epoch.ErrNoPin, rng)
 		}
 		kv := resp.Kvs[0]
 		cur, err := decodePin(rng, kv.Value)
 		if err != nil {
-			return Pin{}, err
+			return epoch.Pin{}, err
 		}
-		if cur.Epoch != epoch {
-			return cur, fmt.Errorf("%w: range %d is at epoch %d, not %d", ErrEpochChanged, rng, cur.Epoch, epoch)
+		if cur.Epoch != ep {
+			return cur, fmt.Errorf("%w: range %d is at epoch %d, not %d", epoch.ErrEpochChanged, rng, cur.Epoch, ep)
 		}
 		if !cur.CatchUp {
 			return cur, nil
@@ -377,7 +352,7 @@ func (d *Directory) Settle(ctx context.Context, rng uint32, epoch uint64) (Pin, 
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
 			Then(clientv3.OpPut(key, encodePin(next))).Commit()
 		if err != nil {
-			return Pin{}, fmt.Errorf("epoch: settle range %d: %w", rng, err)
+			return epoch.Pin{}, fmt.Errorf("epoch: settle range %d: %w", rng, err)
 		}
 		if tr.Succeeded {
 			return next, nil
@@ -386,9 +361,9 @@ func (d *Directory) Settle(ctx context.Context, rng uint32, epoch uint64) (Pin, 
 }
 
 // Homes returns the regions the cluster was created with, in order: range r's
-// home is Home(r, homes). Nil for a cluster created before it was recorded.
+// home is epoch.Home(r, homes). Nil for a cluster created before it was recorded.
 func (d *Directory) Homes(ctx context.Context) ([]string, error) {
-	resp, err := d.cli.Get(ctx, d.cfg.homesKey())
+	resp, err := d.cli.Get(ctx, d.cfg.HomesKey())
 	if err != nil {
 		return nil, fmt.Errorf("epoch: read homes: %w", err)
 	}
@@ -397,7 +372,7 @@ func (d *Directory) Homes(ctx context.Context) ([]string, error) {
 	}
 	var out []string
 	for _, r := range strings.Split(string(resp.Kvs[0].Value), ",") {
-		if err := validRegion(r); err != nil {
+		if err := epoch.ValidRegion(r); err != nil {
 			return nil, fmt.Errorf("epoch: homes: %w", err)
 		}
 		out = append(out, r)
@@ -406,14 +381,14 @@ func (d *Directory) Homes(ctx context.Context) ([]string, error) {
 }
 
 // Regions lists the live regions: those whose lease key exists.
-func (d *Directory) Regions(ctx context.Context) ([]RegionInfo, error) {
-	resp, err := d.cli.Get(ctx, d.cfg.regionsPrefix(), clientv3.WithPrefix())
+func (d *Directory) Regions(ctx context.Context) ([]epoch.RegionInfo, error) {
+	resp, err := d.cli.Get(ctx, d.cfg.RegionsPrefix(), clientv3.WithPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("epoch: read regions: %w", err)
 	}
-	out := make([]RegionInfo, 0, len(resp.Kvs))
+	out := make([]epoch.RegionInfo, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		var ri RegionInfo
+		var ri epoch.RegionInfo
 		if err := json.Unmarshal(kv.Value, &ri); err != nil {
 			return nil, fmt.Errorf("epoch: region %s: %w", kv.Key, err)
 		}

@@ -1,4 +1,4 @@
-package epoch
+package etcdepoch
 
 import (
 	"crypto/tls"

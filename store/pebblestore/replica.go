@@ -10,13 +10,13 @@ import (
 
 	"likes/crdt"
 	"likes/edge"
-	"likes/replication"
+	"likes/replica"
 )
 
 var (
-	_ replication.Source    = (*Store)(nil)
-	_ replication.Sink      = (*Store)(nil)
-	_ replication.PartsSink = (*Store)(nil)
+	_ replica.Source    = (*Store)(nil)
+	_ replica.Sink      = (*Store)(nil)
+	_ replica.PartsSink = (*Store)(nil)
 )
 
 func (s *Store) loadCellSeq() error {
@@ -61,7 +61,7 @@ func purgeUser(b *pebble.Batch, user string) error {
 	return nil
 }
 
-// OwnWatermark implements replication.Source: the min over this region's
+// OwnWatermark implements replica.Source: the min over this region's
 // partitions (a partition never committed counts as 0).
 func (s *Store) OwnWatermark(ctx context.Context) (int64, error) {
 	min := int64(-1)
@@ -77,9 +77,9 @@ func (s *Store) OwnWatermark(ctx context.Context) (int64, error) {
 	return min, nil
 }
 
-// CellChanges implements replication.Source. It syncs the WAL before
+// CellChanges implements replica.Source. It syncs the WAL before
 // returning, so every change and watermark it lets the caller ship is durable.
-func (s *Store) CellChanges(_ context.Context, after uint64, limit int) ([]replication.CellState, uint64, error) {
+func (s *Store) CellChanges(_ context.Context, after uint64, limit int) ([]replica.CellState, uint64, error) {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: outboxKey(after + 1), UpperBound: []byte{'p'}})
 	if err != nil {
 		return nil, after, err
@@ -87,7 +87,7 @@ func (s *Store) CellChanges(_ context.Context, after uint64, limit int) ([]repli
 	defer it.Close()
 	through := after
 	seen := map[string]bool{}
-	var out []replication.CellState
+	var out []replica.CellState
 	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
 		through = binary.BigEndian.Uint64(it.Key()[1:])
 		ck := string(it.Value())
@@ -104,7 +104,7 @@ func (s *Store) CellChanges(_ context.Context, after uint64, limit int) ([]repli
 			return nil, after, err
 		}
 		if found {
-			out = append(out, replication.CellState{Key: key, Cell: c})
+			out = append(out, replica.CellState{Key: key, Cell: c})
 		}
 	}
 	if err := it.Error(); err != nil {
@@ -124,8 +124,8 @@ func (s *Store) CellChanges(_ context.Context, after uint64, limit int) ([]repli
 	return out, through, nil
 }
 
-// ScanCells implements replication.Source and replication.Sink.
-func (s *Store) ScanCells(ctx context.Context, region string, fn func(replication.CellState) error) error {
+// ScanCells implements replica.Source and replica.Sink.
+func (s *Store) ScanCells(ctx context.Context, region string, fn func(replica.CellState) error) error {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{'c'}, UpperBound: []byte{'d'}})
 	if err != nil {
 		return err
@@ -143,7 +143,7 @@ func (s *Store) ScanCells(ctx context.Context, region string, fn func(replicatio
 		if err != nil {
 			return wrapCorrupt("cell", it.Key(), err)
 		}
-		if err := fn(replication.CellState{Key: key, Cell: c}); err != nil {
+		if err := fn(replica.CellState{Key: key, Cell: c}); err != nil {
 			return err
 		}
 		if err := ctx.Err(); err != nil {
@@ -153,15 +153,15 @@ func (s *Store) ScanCells(ctx context.Context, region string, fn func(replicatio
 	return it.Error()
 }
 
-// ApplyRemote implements replication.Sink. It runs in the writer loop, so it is
+// ApplyRemote implements replica.Sink. It runs in the writer loop, so it is
 // ordered with local writes, and commits the events' effects with the cursor.
 func (s *Store) ApplyRemote(ctx context.Context, from string, part uint32, evs []edge.Event, through uint64) error {
-	return s.ApplyRemoteParts(ctx, from, []replication.RemotePart{{Partition: part, Events: evs, Through: through}})
+	return s.ApplyRemoteParts(ctx, from, []replica.RemotePart{{Partition: part, Events: evs, Through: through}})
 }
 
-// ApplyRemoteParts implements replication.PartsSink: the runs of several
+// ApplyRemoteParts implements replica.PartsSink: the runs of several
 // partitions in one commit (one sync per push instead of one per partition).
-func (s *Store) ApplyRemoteParts(ctx context.Context, from string, parts []replication.RemotePart) error {
+func (s *Store) ApplyRemoteParts(ctx context.Context, from string, parts []replica.RemotePart) error {
 	if from == s.opts.Region {
 		return fmt.Errorf("pebblestore: refusing to apply region %q's own events as remote", from)
 	}
@@ -181,7 +181,7 @@ func (s *Store) ApplyRemoteParts(ctx context.Context, from string, parts []repli
 	return err
 }
 
-func (s *Store) applyRemotePart(b *pebble.Batch, w *batchWriter, from string, p replication.RemotePart) error {
+func (s *Store) applyRemotePart(b *pebble.Batch, w *batchWriter, from string, p replica.RemotePart) error {
 	ck := remotePosKey(from, p.Partition)
 	cur, _, err := getInto(b, ck, decodeUvarint)
 	if err != nil {
@@ -291,8 +291,8 @@ func reopenLate(b *pebble.Batch, user string) error {
 	return b.Set(erasureKey(user), v, nil)
 }
 
-// MergeCells implements replication.Sink.
-func (s *Store) MergeCells(_ context.Context, from string, cells []replication.CellState, cellsThrough uint64, watermark int64) error {
+// MergeCells implements replica.Sink.
+func (s *Store) MergeCells(_ context.Context, from string, cells []replica.CellState, cellsThrough uint64, watermark int64) error {
 	if from == s.opts.Region {
 		return fmt.Errorf("pebblestore: refusing to merge region %q's own cells as remote", from)
 	}
@@ -334,9 +334,9 @@ func (s *Store) MergeCells(_ context.Context, from string, cells []replication.C
 	return b.Commit(pebble.NoSync)
 }
 
-// Cursor implements replication.Sink.
-func (s *Store) Cursor(_ context.Context, from string) (replication.Cursor, error) {
-	c := replication.Cursor{Log: make([]uint64, s.opts.Partitions)}
+// Cursor implements replica.Sink.
+func (s *Store) Cursor(_ context.Context, from string) (replica.Cursor, error) {
+	c := replica.Cursor{Log: make([]uint64, s.opts.Partitions)}
 	for p := range c.Log {
 		v, _, err := getInto(s.db, remotePosKey(from, uint32(p)), decodeUvarint)
 		if err != nil {

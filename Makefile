@@ -29,7 +29,7 @@ bench:
 # --- production engines (DESIGN.md §7) ----------------------------------------
 .PHONY: servers servers-down test-engines
 ENGINES ?= etcd redis kafka cassandra
-ENGINE_PKGS ?= ./store/... ./stream/... ./epoch/... ./inproc/... ./cache/...
+ENGINE_PKGS ?= ./store/... ./stream/... ./epoch/... ./cache/...
 # the end-to-end test of one region on Cassandra + Kafka + Redis (about 30 s)
 ENGINE_E2E ?= -run '^TestEngines' ./region
 

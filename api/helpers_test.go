@@ -17,10 +17,10 @@ import (
 
 	"likes/api"
 	"likes/auth"
+	"likes/cache/inproc"
 	"likes/clock"
 	"likes/counts"
 	"likes/edge"
-	"likes/inproc"
 	"likes/pipeline"
 	"likes/region"
 	"likes/store/pebblestore"

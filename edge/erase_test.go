@@ -8,10 +8,10 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"likes/cache/inproc"
 	"likes/clock"
 	"likes/crdt"
 	"likes/edge"
-	"likes/inproc"
 	"likes/store/pebblestore"
 )
 

@@ -15,14 +15,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"likes/api"
+	"likes/cache/inproc"
+	"likes/cache/rediscache"
 	"likes/clock"
 	"likes/counts"
 	"likes/edge"
-	"likes/inproc"
 	"likes/pipeline"
 	"likes/store/cassandra"
 	"likes/store/pebblestore"
-	"likes/store/redisstore"
 	"likes/stream/kafkalog"
 )
 
@@ -55,7 +55,7 @@ const (
 //     when the region's cells are created: switching an existing region between
 //     "store" and "kafka" needs fresh cells.
 //   - Cache "redis": the count cache, the session overlay and the user and IP
-//     limiters are in Redis (redisstore). A dead Redis degrades to the store.
+//     limiters are in Redis (rediscache). A dead Redis degrades to the store.
 //
 // A multi-region Cluster needs Store "pebble" and Log "store": replication
 // ships the Pebble log and cells, and has no Cassandra source or sink yet. A
@@ -75,8 +75,8 @@ type Engines struct {
 	Cache string
 	// Redis configures Cache "redis": Addr is required; Prefix defaults to
 	// "likes:" + region + ":" (so regions may share one Redis); the rest take
-	// redisstore's defaults (100ms per call, cache TTL 1m, overlay TTL 30s).
-	Redis redisstore.Config
+	// rediscache's defaults (100ms per call, cache TTL 1m, overlay TTL 30s).
+	Redis rediscache.Config
 }
 
 // CassandraEngine configures the Cassandra store.
@@ -516,7 +516,7 @@ type caching struct {
 	cache    counts.Cache
 	overlay  edge.Overlay
 	user, ip api.Limiter
-	redis    *redisstore.Store
+	redis    *rediscache.Store
 }
 
 func openCaching(cfg Config) (caching, error) {
@@ -532,7 +532,7 @@ func openCaching(cfg Config) (caching, error) {
 		return c, nil
 	}
 	rc := cfg.Engines.Redis
-	s, err := redisstore.Open(rc)
+	s, err := rediscache.Open(rc)
 	if err != nil {
 		return c, fmt.Errorf("region: Redis: %w", err)
 	}
@@ -544,13 +544,13 @@ func openCaching(cfg Config) (caching, error) {
 		lclk = cfg.Clock
 	}
 	if cfg.IPRate > 0 {
-		if c.ip, err = s.Limiter(redisstore.LimiterConfig{Name: "ip", Rate: cfg.IPRate, Burst: cfg.IPBurst, Clock: lclk}); err != nil {
+		if c.ip, err = s.Limiter(rediscache.LimiterConfig{Name: "ip", Rate: cfg.IPRate, Burst: cfg.IPBurst, Clock: lclk}); err != nil {
 			_ = s.Close()
 			return c, err
 		}
 	}
 	if cfg.UserRate > 0 {
-		if c.user, err = s.Limiter(redisstore.LimiterConfig{Name: "user", Rate: cfg.UserRate, Burst: cfg.UserBurst, Clock: lclk}); err != nil {
+		if c.user, err = s.Limiter(rediscache.LimiterConfig{Name: "user", Rate: cfg.UserRate, Burst: cfg.UserBurst, Clock: lclk}); err != nil {
 			_ = s.Close()
 			return c, err
 		}

@@ -32,11 +32,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"likes/auth"
+	"likes/cache/rediscache"
 	"likes/chaos/proxy"
 	"likes/epoch/epochtest"
 	"likes/epoch/etcdepoch"
 	"likes/store/cassandra"
-	"likes/store/redisstore"
 )
 
 // engineEnv names the real servers; ok is false (with the reason) when one is missing.
@@ -117,7 +117,7 @@ func engineConfig(t testing.TB, env engineEnv, name string) Engines {
 		Log:       LogKafka,
 		Kafka:     KafkaEngine{Brokers: env.kafka, Topic: topic, PollInterval: 10 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond},
 		Cache:     CacheRedis,
-		Redis:     redisstore.Config{Addr: env.redis, Prefix: "likes-e2e:" + tag + ":", Timeout: 500 * time.Millisecond},
+		Redis:     rediscache.Config{Addr: env.redis, Prefix: "likes-e2e:" + tag + ":", Timeout: 500 * time.Millisecond},
 	}
 }
 
@@ -234,7 +234,7 @@ func TestEnginesEndToEnd(t *testing.T) {
 	// log, the aggregators read Kafka and commit to Pebble.
 	t.Run("pebble-kafka", func(t *testing.T) {
 		e := engineConfig(t, env, "peb")
-		e.Store, e.Cassandra, e.Cache, e.Redis = StorePebble, CassandraEngine{}, CacheInproc, redisstore.Config{}
+		e.Store, e.Cassandra, e.Cache, e.Redis = StorePebble, CassandraEngine{}, CacheInproc, rediscache.Config{}
 		endToEnd(t, e, t.TempDir(), nil)
 	})
 }

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"likes/cache/rediscache"
 	"likes/region"
-	"likes/store/redisstore"
 )
 
 // TestEnginesValidation: bad engine choices are refused by Open with an error
@@ -32,7 +32,7 @@ func TestEnginesValidation(t *testing.T) {
 		{"kafka without brokers", region.Engines{Log: region.LogKafka}, false, "needs Kafka.Brokers"},
 		{"kafka settings on store log", region.Engines{Kafka: region.KafkaEngine{Brokers: []string{"127.0.0.1:9092"}}}, false, `Log is "store"`},
 		{"redis without addr", region.Engines{Cache: region.CacheRedis}, false, "needs Redis.Addr"},
-		{"redis addr on inproc", region.Engines{Redis: redisstore.Config{Addr: "127.0.0.1:6379"}}, false, `Cache is "inproc"`},
+		{"redis addr on inproc", region.Engines{Redis: rediscache.Config{Addr: "127.0.0.1:6379"}}, false, `Cache is "inproc"`},
 		{"cluster on cassandra", region.Engines{Store: region.StoreCassandra,
 			Cassandra: region.CassandraEngine{Hosts: []string{"127.0.0.1"}}}, true, "multi-region Cluster needs Store"},
 		{"cluster on kafka", region.Engines{Log: region.LogKafka, Kafka: region.KafkaEngine{Brokers: []string{"127.0.0.1:9092"}}}, true, "multi-region Cluster needs Log"},

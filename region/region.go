@@ -19,13 +19,13 @@ import (
 
 	"likes/api"
 	"likes/auth"
+	"likes/cache/rediscache"
 	"likes/clock"
 	"likes/counts"
 	"likes/edge"
 	"likes/pipeline"
 	"likes/store/cassandra"
 	"likes/store/pebblestore"
-	"likes/store/redisstore"
 	"likes/stream/kafkalog"
 )
 
@@ -135,7 +135,7 @@ type Region struct {
 	// Relay publishes the store's log to Kafka (Engines.Log "kafka"), else nil.
 	Relay *kafkalog.Relay
 	// Redis serves the cache, overlay and limiters (Engines.Cache "redis"), else nil.
-	Redis    *redisstore.Store
+	Redis    *rediscache.Store
 	Service  *edge.Service
 	Eraser   *edge.Eraser
 	Counts   *counts.Reader

@@ -1,6 +1,6 @@
 // Package cachetest is the contract suite of the caching roles, written once
 // and run against every implementation: the in-process defaults (inproc) and
-// Redis (store/redisstore). RunCache covers counts.Cache, RunOverlay
+// Redis (cache/rediscache). RunCache covers counts.Cache, RunOverlay
 // edge.Overlay and RunLimiter api.Limiter.
 //
 // Time: an implementation that takes a clock.Clock is driven by a fake clock

@@ -39,12 +39,12 @@ import (
 
 	"likes/api"
 	"likes/auth"
+	"likes/cache/rediscache"
 	"likes/epoch"
 	"likes/epoch/etcdembed"
 	"likes/epoch/etcdepoch"
 	"likes/region"
 	"likes/store/pebblestore"
-	"likes/store/redisstore"
 )
 
 func main() {
@@ -201,7 +201,7 @@ func (e *engineFlags) build(name string) (region.Engines, error) {
 		eng.Kafka = region.KafkaEngine{Brokers: split(e.kafka), Topic: e.topic, ReplicationFactor: int16(e.kafkaRF), TLS: kafkaTLS}
 	}
 	if e.cache == region.CacheRedis {
-		eng.Redis = redisstore.Config{Addr: e.redis, Prefix: e.redisPrefix, DB: e.redisDB, Password: os.Getenv("LIKES_REDIS_PASSWORD"), TLS: redisTLS}
+		eng.Redis = rediscache.Config{Addr: e.redis, Prefix: e.redisPrefix, DB: e.redisDB, Password: os.Getenv("LIKES_REDIS_PASSWORD"), TLS: redisTLS}
 	}
 	check := eng // Validate fills defaults in: keep the flags' values as given
 	if err := check.Validate(name, false); err != nil {

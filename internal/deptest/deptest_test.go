@@ -34,7 +34,7 @@ var rules = []rule{
 		Reason: "epoch is the pure pin rule; its etcd implementation is epoch/etcdepoch",
 	},
 	{
-		From: []string{"likes/store/...", "likes/stream/...", "likes/inproc", "likes/replica"},
+		From: []string{"likes/store/...", "likes/stream/...", "likes/cache/...", "likes/replica"},
 		Deny: []string{"google.golang.org/grpc/...", "github.com/hashicorp/memberlist/...", "go.etcd.io/etcd/server/...",
 			"likes/replication/...", "likes/region/...", "likes/api/..."},
 		Reason: "stores and streams implement contracts; the region-to-region plane and etcd's server are above them",
@@ -49,9 +49,9 @@ var rules = []rule{
 	},
 	{
 		From: []string{"likes/..."},
-		Deny: []string{"likes/store/...", "likes/stream/...", "likes/inproc/...", "likes/epoch/etcdepoch/...", "likes/epoch/etcdembed/..."},
+		Deny: []string{"likes/store/...", "likes/stream/...", "likes/cache/inproc/...", "likes/cache/rediscache/...", "likes/epoch/etcdepoch/...", "likes/epoch/etcdembed/..."},
 		Except: []string{"likes/region/...", "likes/cmd/...", "likes/chaos/...", "likes/sim/...", "likes/store/...", "likes/stream/...",
-			"likes/inproc/...", "likes/epoch/...", "likes/cache/..."},
+			"likes/epoch/...", "likes/cache/..."},
 		Reason: "only region and the commands wire backends (chaos and the simulation drive them as harnesses; test suites sit beside their contracts)",
 	},
 }

@@ -6,10 +6,10 @@ import (
 
 	"likes/api"
 	"likes/cache/cachetest"
+	"likes/cache/inproc"
 	"likes/clock"
 	"likes/counts"
 	"likes/edge"
-	"likes/inproc"
 )
 
 var _ api.Limiter = (*inproc.Limiter)(nil)

@@ -1,4 +1,4 @@
-package redisstore
+package rediscache
 
 import (
 	"context"
@@ -79,12 +79,12 @@ func (o *Overlay) Get(ctx context.Context, user, item string) (edge.OverlayEntry
 		}
 		n, perr := strconv.ParseUint(str, 10, bits)
 		if perr != nil {
-			return edge.OverlayEntry{}, false, fmt.Errorf("redisstore: overlay entry of (%q, %q): %w", user, item, perr)
+			return edge.OverlayEntry{}, false, fmt.Errorf("rediscache: overlay entry of (%q, %q): %w", user, item, perr)
 		}
 		f[i] = n
 	}
 	if len(vals) != 3 {
-		return edge.OverlayEntry{}, false, errors.New("redisstore: HMGET answered the wrong number of fields")
+		return edge.OverlayEntry{}, false, errors.New("rediscache: HMGET answered the wrong number of fields")
 	}
 	return edge.OverlayEntry{
 		State:   crdt.State(f[2]),

@@ -1,4 +1,4 @@
-package redisstore
+package rediscache
 
 import (
 	"context"
@@ -41,7 +41,7 @@ func (c *Cache) Get(ctx context.Context, item string) (counts.Entry, bool, error
 	}
 	e, err := decodeEntry(raw)
 	if err != nil {
-		return counts.Entry{}, false, fmt.Errorf("redisstore: cache entry of %q: %w", item, err)
+		return counts.Entry{}, false, fmt.Errorf("rediscache: cache entry of %q: %w", item, err)
 	}
 	return e, true, nil
 }

@@ -1,4 +1,4 @@
-// Package redisstore holds the Redis implementations of the production
+// Package rediscache holds the Redis implementations of the production
 // engines' caching roles (DESIGN.md §7): the count cache (counts.Cache), the
 // session overlay (edge.Overlay) and the rate limiter (api.Limiter). They pass
 // the same contract suite as the in-process defaults (cache/cachetest).
@@ -21,7 +21,7 @@
 // Concurrency: a Store and the values it hands out are safe for concurrent
 // use; the compare-and-set of the overlay and the token bucket are single Lua
 // scripts, so they are atomic in Redis.
-package redisstore
+package rediscache
 
 import (
 	"context"
@@ -38,7 +38,7 @@ import (
 
 // ErrUnavailable is returned without contacting Redis while the circuit
 // breaker is open.
-var ErrUnavailable = errors.New("redisstore: redis unavailable (circuit open)")
+var ErrUnavailable = errors.New("rediscache: redis unavailable (circuit open)")
 
 // Config configures a Store. Zero values take the documented defaults.
 type Config struct {
@@ -69,14 +69,14 @@ type Config struct {
 
 func (c Config) withDefaults() (Config, error) {
 	if strings.TrimSpace(c.Addr) == "" {
-		return c, errors.New("redisstore: Config.Addr is required")
+		return c, errors.New("rediscache: Config.Addr is required")
 	}
 	if c.Prefix == "" {
 		c.Prefix = "likes:"
 	}
 	def := func(d *time.Duration, v time.Duration, name string) error {
 		if *d < 0 {
-			return fmt.Errorf("redisstore: Config.%s must not be negative, got %v", name, *d)
+			return fmt.Errorf("rediscache: Config.%s must not be negative, got %v", name, *d)
 		}
 		if *d == 0 {
 			*d = v
@@ -98,13 +98,13 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	if c.Timeout < time.Millisecond || c.CacheTTL < time.Millisecond || c.OverlayTTL < time.Millisecond {
-		return c, errors.New("redisstore: Timeout, CacheTTL and OverlayTTL must be at least 1ms")
+		return c, errors.New("rediscache: Timeout, CacheTTL and OverlayTTL must be at least 1ms")
 	}
 	if c.PoolSize < 0 || c.DB < 0 {
-		return c, errors.New("redisstore: PoolSize and DB must not be negative")
+		return c, errors.New("rediscache: PoolSize and DB must not be negative")
 	}
 	if c.BreakAfter < 0 {
-		return c, fmt.Errorf("redisstore: Config.BreakAfter must not be negative, got %d", c.BreakAfter)
+		return c, fmt.Errorf("rediscache: Config.BreakAfter must not be negative, got %d", c.BreakAfter)
 	}
 	if c.BreakAfter == 0 {
 		c.BreakAfter = 5
@@ -180,7 +180,7 @@ func (s *Store) do(ctx context.Context, f func(ctx context.Context) error) error
 		s.br.failure()
 	}
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("redisstore: %w", err)
+		return fmt.Errorf("rediscache: %w", err)
 	}
 	return err
 }

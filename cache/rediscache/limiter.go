@@ -1,4 +1,4 @@
-package redisstore
+package rediscache
 
 import (
 	"context"
@@ -45,10 +45,10 @@ func (s *Store) Limiter(cfg LimiterConfig) (*Limiter, error) {
 	if cfg.Name == "" || strings.IndexFunc(cfg.Name, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_')
 	}) >= 0 {
-		return nil, fmt.Errorf("redisstore: limiter name %q: want letters, digits, '-' or '_'", cfg.Name)
+		return nil, fmt.Errorf("rediscache: limiter name %q: want letters, digits, '-' or '_'", cfg.Name)
 	}
 	if math.IsNaN(cfg.Rate) || math.IsInf(cfg.Rate, 0) {
-		return nil, fmt.Errorf("redisstore: limiter rate %v", cfg.Rate)
+		return nil, fmt.Errorf("rediscache: limiter rate %v", cfg.Rate)
 	}
 	burst := float64(max(1, cfg.Burst))
 	var ttl int64
@@ -117,7 +117,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, time.Duration, e
 		return false, 0, err
 	}
 	if len(res) != 2 {
-		return false, 0, errors.New("redisstore: limiter script answered the wrong shape")
+		return false, 0, errors.New("rediscache: limiter script answered the wrong shape")
 	}
 	return res[0] == 1, time.Duration(res[1]) * time.Microsecond, nil
 }

@@ -1,4 +1,4 @@
-package redisstore_test
+package rediscache_test
 
 import (
 	"context"
@@ -13,16 +13,16 @@ import (
 
 	"likes/api"
 	"likes/cache/cachetest"
+	"likes/cache/rediscache"
 	"likes/clock"
 	"likes/counts"
 	"likes/edge"
-	"likes/store/redisstore"
 )
 
 var (
-	_ api.Limiter  = (*redisstore.Limiter)(nil)
-	_ counts.Cache = (*redisstore.Cache)(nil)
-	_ edge.Overlay = (*redisstore.Overlay)(nil)
+	_ api.Limiter  = (*rediscache.Limiter)(nil)
+	_ counts.Cache = (*rediscache.Cache)(nil)
+	_ edge.Overlay = (*rediscache.Overlay)(nil)
 )
 
 // EnvAddr names the environment variable with the host:port of a Redis for
@@ -41,9 +41,9 @@ func redisAddr(t *testing.T) string {
 
 // open returns a Store on the test Redis under a fresh key prefix, whose keys
 // are deleted when t ends.
-func open(t *testing.T, mod func(*redisstore.Config)) *redisstore.Store {
+func open(t *testing.T, mod func(*rediscache.Config)) *rediscache.Store {
 	t.Helper()
-	cfg := redisstore.Config{
+	cfg := rediscache.Config{
 		Addr:    redisAddr(t),
 		Prefix:  fmt.Sprintf("likes-test:%d:%x:", time.Now().UnixNano(), rand.Uint64()),
 		Timeout: 2 * time.Second, // generous: -race on 2 busy cores; the degrade tests use short ones
@@ -51,7 +51,7 @@ func open(t *testing.T, mod func(*redisstore.Config)) *redisstore.Store {
 	if mod != nil {
 		mod(&cfg)
 	}
-	s, err := redisstore.Open(cfg)
+	s, err := rediscache.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,17 +83,17 @@ func TestContract(t *testing.T) {
 	redisAddr(t)
 	t.Run("Cache", func(t *testing.T) {
 		cachetest.RunCache(t, func(t *testing.T, ttl time.Duration) (counts.Cache, cachetest.Clock) {
-			return open(t, func(c *redisstore.Config) { c.CacheTTL = ttl }).Cache(), cachetest.RealClock()
+			return open(t, func(c *rediscache.Config) { c.CacheTTL = ttl }).Cache(), cachetest.RealClock()
 		})
 	})
 	t.Run("Overlay", func(t *testing.T) {
 		cachetest.RunOverlay(t, func(t *testing.T, ttl time.Duration) (edge.Overlay, cachetest.Clock) {
-			return open(t, func(c *redisstore.Config) { c.OverlayTTL = ttl }).Overlay(), cachetest.RealClock()
+			return open(t, func(c *rediscache.Config) { c.OverlayTTL = ttl }).Overlay(), cachetest.RealClock()
 		})
 	})
 	t.Run("Limiter", func(t *testing.T) {
 		cachetest.RunLimiter(t, func(t *testing.T, clk clock.Clock, rate float64, burst int) cachetest.Limiter {
-			l, err := open(t, nil).Limiter(redisstore.LimiterConfig{Name: "test", Rate: rate, Burst: burst, Clock: clk})
+			l, err := open(t, nil).Limiter(rediscache.LimiterConfig{Name: "test", Rate: rate, Burst: burst, Clock: clk})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -105,7 +105,7 @@ func TestContract(t *testing.T) {
 // TestLimiterServerTime: without a Clock the bucket runs on Redis's TIME.
 func TestLimiterServerTime(t *testing.T) {
 	s := open(t, nil)
-	l, err := s.Limiter(redisstore.LimiterConfig{Name: "srv", Rate: 20, Burst: 3})
+	l, err := s.Limiter(rediscache.LimiterConfig{Name: "srv", Rate: 20, Burst: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestCacheMalformedValueIsAnError(t *testing.T) {
 // TestWrongTypeIsNotAnOutage: a Redis error reply (here WRONGTYPE) is
 // returned, and does not open the circuit.
 func TestWrongTypeIsNotAnOutage(t *testing.T) {
-	s := open(t, func(c *redisstore.Config) { c.BreakAfter = 1 })
+	s := open(t, func(c *rediscache.Config) { c.BreakAfter = 1 })
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: s.Config().Addr})
 	defer rdb.Close()

@@ -1,4 +1,4 @@
-package redisstore_test
+package rediscache_test
 
 import (
 	"context"
@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"likes/cache/rediscache"
 	"likes/counts"
 	"likes/crdt"
 	"likes/edge"
-	"likes/store/redisstore"
 )
 
 // These tests need no Redis: they point the store at a closed port (Redis
@@ -81,9 +81,9 @@ const (
 	fast = 750 * time.Millisecond
 )
 
-func openDead(t *testing.T, addr string, breakAfter int) *redisstore.Store {
+func openDead(t *testing.T, addr string, breakAfter int) *rediscache.Store {
 	t.Helper()
-	s, err := redisstore.Open(redisstore.Config{Addr: addr, Timeout: deadTimeout, BreakAfter: breakAfter, BreakFor: time.Hour})
+	s, err := rediscache.Open(rediscache.Config{Addr: addr, Timeout: deadTimeout, BreakAfter: breakAfter, BreakFor: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestDeadRedisDegrades(t *testing.T) {
 			o := s.Overlay()
 			timed("Overlay.Put", func() error { return o.Put(ctx, "u", "i", edge.OverlayEntry{State: crdt.Liked}) })
 			timed("Overlay.Get", func() error { _, _, err := o.Get(ctx, "u", "i"); return err })
-			l, err := s.Limiter(redisstore.LimiterConfig{Name: "user", Rate: 1, Burst: 1})
+			l, err := s.Limiter(rediscache.LimiterConfig{Name: "user", Rate: 1, Burst: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -154,13 +154,13 @@ func TestBreakerOpens(t *testing.T) {
 	s := openDead(t, silentAddr(t), 3)
 	c := s.Cache()
 	for i := range 3 {
-		if _, _, err := c.Get(ctx, "x"); err == nil || errors.Is(err, redisstore.ErrUnavailable) {
+		if _, _, err := c.Get(ctx, "x"); err == nil || errors.Is(err, rediscache.ErrUnavailable) {
 			t.Fatalf("call %d: %v; want a transport error", i, err)
 		}
 	}
 	start := time.Now()
 	for range 100 {
-		if _, _, err := c.Get(ctx, "x"); !errors.Is(err, redisstore.ErrUnavailable) {
+		if _, _, err := c.Get(ctx, "x"); !errors.Is(err, rediscache.ErrUnavailable) {
 			t.Fatalf("open circuit: %v; want ErrUnavailable", err)
 		}
 	}
@@ -177,7 +177,7 @@ func TestBreakerOpens(t *testing.T) {
 }
 
 func TestConfigValidation(t *testing.T) {
-	for _, cfg := range []redisstore.Config{
+	for _, cfg := range []rediscache.Config{
 		{},
 		{Addr: " "},
 		{Addr: "a:1", Timeout: -1},
@@ -189,12 +189,12 @@ func TestConfigValidation(t *testing.T) {
 		{Addr: "a:1", PoolSize: -1},
 		{Addr: "a:1", DB: -1},
 	} {
-		if s, err := redisstore.Open(cfg); err == nil {
+		if s, err := rediscache.Open(cfg); err == nil {
 			_ = s.Close()
 			t.Errorf("Open(%+v) accepted", cfg)
 		}
 	}
-	s, err := redisstore.Open(redisstore.Config{Addr: "127.0.0.1:1"})
+	s, err := rediscache.Open(rediscache.Config{Addr: "127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestConfigValidation(t *testing.T) {
 		t.Errorf("defaults: %+v", got)
 	}
 	for _, name := range []string{"", "a:b", "a b", "ü"} {
-		if _, err := s.Limiter(redisstore.LimiterConfig{Name: name, Rate: 1}); err == nil {
+		if _, err := s.Limiter(rediscache.LimiterConfig{Name: name, Rate: 1}); err == nil {
 			t.Errorf("limiter name %q accepted", name)
 		}
 	}

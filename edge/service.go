@@ -88,10 +88,8 @@ type ServiceConfig struct {
 	Forwarder Forwarder
 	// IdemTTL is how long an idempotency record replays (default 24h).
 	IdemTTL time.Duration
-	// UnsafeNoIdempotency ignores idempotency keys. It exists only so the chaos
-	// suite can prove its checker catches the double counts this causes; never
-	// set it in a deployment.
-	UnsafeNoIdempotency bool
+	// Knobs are test-only switches (TestingKnobs); nil in a deployment.
+	Knobs *TestingKnobs
 }
 
 // Service is the write path and the actor's button read.
@@ -182,7 +180,7 @@ func (s *Service) ApplyLocal(ctx context.Context, req Request) (ForwardResult, e
 	req.Epoch = epoch
 	req.Now = s.cfg.Clock.Now().UnixMilli()
 	req.IdemTTLms = s.cfg.IdemTTL.Milliseconds()
-	if s.cfg.UnsafeNoIdempotency {
+	if s.cfg.Knobs != nil && s.cfg.Knobs.NoIdempotency {
 		req.IdemKey = ""
 	}
 	d, err := s.cfg.Store.Apply(ctx, req)

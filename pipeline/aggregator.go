@@ -26,13 +26,12 @@ type Config struct {
 	MaxEvents int
 	// OnError reports a failed window; the aggregator retries on the next tick.
 	OnError func(partition uint32, err error)
-	// UnsafeNoFence disables both exactly-once guards (the hwm fence and the
-	// dedupe) and restarts every aggregator from log position 0, as a consumer
-	// that lost its offsets would. It exists only so the chaos suite can prove
-	// its checker catches the double counts this causes; never set it in a
-	// deployment.
-	UnsafeNoFence bool
+	// Knobs are test-only switches (TestingKnobs); nil in a deployment.
+	Knobs *TestingKnobs
 }
+
+// noFence reports the test-only switch that turns the exactly-once guards off.
+func (c *Config) noFence() bool { return c.Knobs != nil && c.Knobs.NoFence }
 
 func (c *Config) validate() error {
 	if c.Region == "" || c.Log == nil || c.Cells == nil {
@@ -125,7 +124,7 @@ func (a *Aggregator) Step(ctx context.Context) (n int, caughtUp bool, err error)
 		if a.pos, a.watermark, err = a.cfg.Cells.Position(ctx, a.partition); err != nil {
 			return 0, false, err
 		}
-		if a.cfg.UnsafeNoFence {
+		if a.cfg.noFence() {
 			a.pos = 0
 		}
 		a.loaded = true
@@ -208,12 +207,12 @@ func (a *Aggregator) fold(ctx context.Context, evs []edge.Event, w *Window) erro
 			continue
 		}
 		ck := crdt.CellKey{Item: ev.Item, Region: a.cfg.Region, Shard: a.partition}
-		if ev.Pos <= cells[ck].HWM && !a.cfg.UnsafeNoFence {
+		if ev.Pos <= cells[ck].HWM && !a.cfg.noFence() {
 			continue // fence: this cell already holds the event
 		}
 		ek := EdgeKey{Item: ev.Item, User: ev.User}
 		ap := applied[ek]
-		if a.cfg.UnsafeNoFence {
+		if a.cfg.noFence() {
 			ap = Applied{}
 		}
 		if ev.Kind == edge.KindCorrection {
@@ -243,7 +242,7 @@ func (a *Aggregator) fold(ctx context.Context, evs []edge.Event, w *Window) erro
 		if p := deltas[k]; p != nil {
 			d = *p
 		}
-		if a.cfg.UnsafeNoFence && w.Through <= old.HWM {
+		if a.cfg.noFence() && w.Through <= old.HWM {
 			next := old
 			next.P, next.N = old.P+d.P, old.N+d.N
 			w.Cells = append(w.Cells, CellUpdate{Key: k, Expect: old.HWM, Cell: next})

@@ -302,7 +302,7 @@ func (r *Region) openStore(ctx context.Context) error {
 			Dir: filepath.Join(cfg.DataDir, cfg.Name), Region: cfg.Name, Partitions: cfg.Partitions, Clock: cfg.Clock,
 			MinFreeBytes: cfg.MinFreeBytes, MinFreeFraction: cfg.MinFreeFraction, Logger: r.log,
 		}
-		if full := cfg.Knobs.DiskFull; full != nil {
+		if full := cfg.knobs().DiskFull; full != nil {
 			po.MinFreeBytes = max(po.MinFreeBytes, 1)
 			po.FreeSpace = func() (uint64, uint64, error) {
 				du, err := vfs.Default.GetDiskUsage(po.Dir)

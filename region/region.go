@@ -68,11 +68,9 @@ type Config struct {
 	// disk is full.
 	MinFreeBytes    uint64
 	MinFreeFraction float64
-	// Unsafe breaks guarantees on purpose, for the chaos suite's proof that its
-	// checker can fail. Never set in a deployment.
-	Unsafe Unsafe
-	// Knobs are test hooks (the chaos suite's nemeses). Never set in a deployment.
-	Knobs  Knobs
+	// Knobs are test-only switches and hooks (TestingKnobs); nil in a
+	// deployment.
+	Knobs  *TestingKnobs
 	Clock  clock.Clock
 	Logger *slog.Logger
 }
@@ -109,12 +107,25 @@ func ParseUnsafe(list string) (Unsafe, error) {
 	return u, nil
 }
 
-// Knobs are fault-injection hooks for tests.
-type Knobs struct {
+// TestingKnobs are the region's switches and hooks for tests only (the
+// pattern of CockroachDB's testing knobs): out of Config's real fields, so a
+// deployment's configuration cannot carry them by accident.
+type TestingKnobs struct {
+	// Unsafe breaks guarantees on purpose, for the chaos suite's proof that
+	// its checker can fail (likesd --unsafe-break).
+	Unsafe Unsafe
 	// DiskFull, when it returns true, makes the Pebble store read its free
 	// space as zero: it refuses writes as a full disk would make it, until
-	// DiskFull returns false again.
+	// DiskFull returns false again (the chaos suite's disk-full nemesis).
 	DiskFull func() bool
+}
+
+// knobs returns cfg's testing knobs, or none.
+func (c *Config) knobs() TestingKnobs {
+	if c.Knobs == nil {
+		return TestingKnobs{}
+	}
+	return *c.Knobs
 }
 
 // Any reports whether any guarantee is off.
@@ -194,8 +205,8 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 		cfg.IPBurst = max(1, int(2*cfg.IPRate))
 	}
 	log := cfg.Logger.With("region", cfg.Name)
-	if cfg.Unsafe.Any() {
-		log.Warn("UNSAFE: guarantees are switched off for testing", "unsafe", fmt.Sprintf("%+v", cfg.Unsafe))
+	if u := cfg.knobs().Unsafe; u.Any() {
+		log.Warn("UNSAFE: guarantees are switched off for testing", "unsafe", fmt.Sprintf("%+v", u))
 	}
 	r := &Region{cfg: cfg, log: log, Registry: prometheus.NewRegistry()}
 	fail := func(err error) (*Region, error) {
@@ -228,7 +239,7 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 		if r.cluster.forwarder != nil {
 			forwarder = r.cluster.forwarder
 		}
-		if cfg.Unsafe.NoLeaseCheck {
+		if cfg.knobs().Unsafe.NoLeaseCheck {
 			authority = noLeaseAuthority{a: r.cluster.authority, self: cfg.Name}
 		}
 		if len(cfg.Cluster.Regions) > 0 {
@@ -241,7 +252,7 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 	}
 	r.Service, err = edge.NewService(edge.ServiceConfig{
 		Store: writes, Overlay: caches.overlay, Clock: cfg.Clock,
-		Authority: authority, Forwarder: forwarder, UnsafeNoIdempotency: cfg.Unsafe.NoIdempotency,
+		Authority: authority, Forwarder: forwarder, Knobs: &edge.TestingKnobs{NoIdempotency: cfg.knobs().Unsafe.NoIdempotency},
 	})
 	if err != nil {
 		return fail(err)
@@ -254,7 +265,7 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 	}
 	r.pcfg = pipeline.Config{
 		Region: cfg.Name, Log: r.aggLog, Cells: countingCells{CellStore: st, n: &r.cellWrites}, Clock: cfg.Clock,
-		Window: cfg.Window, UnsafeNoFence: cfg.Unsafe.NoFence,
+		Window: cfg.Window, Knobs: &pipeline.TestingKnobs{NoFence: cfg.knobs().Unsafe.NoFence},
 		OnError: func(p uint32, err error) {
 			if errors.Is(err, edge.ErrStorageUnavailable) {
 				return // the store logs its state changes once; not every window

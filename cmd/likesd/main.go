@@ -235,18 +235,21 @@ func (c *common) register(fs *flag.FlagSet) {
 const defaultMinFree = "3%,64MiB"
 
 // diskFullEnv names a file whose existence makes the region's store refuse
-// writes as a full disk would (region.Knobs.DiskFull). TESTING ONLY: the chaos
+// writes as a full disk would (region.TestingKnobs.DiskFull). TESTING ONLY: the chaos
 // suite sets it for the `likesd run` processes it launches (the disk-full
 // nemesis); it is not a flag so that no deployment config can carry it.
 const diskFullEnv = "LIKES_TESTONLY_DISK_FULL_FILE"
 
-func testKnobs(logger *slog.Logger) region.Knobs {
+func testKnobs(logger *slog.Logger, brk region.Unsafe) *region.TestingKnobs {
 	path := os.Getenv(diskFullEnv)
 	if path == "" {
-		return region.Knobs{}
+		if brk.Any() {
+			return &region.TestingKnobs{Unsafe: brk}
+		}
+		return nil
 	}
 	logger.Warn("TESTING ONLY: the store refuses writes while this file exists", "env", diskFullEnv, "file", path)
-	return region.Knobs{DiskFull: func() bool {
+	return &region.TestingKnobs{Unsafe: brk, DiskFull: func() bool {
 		_, err := os.Stat(path)
 		return err == nil
 	}}
@@ -645,7 +648,7 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	r, err := region.Open(ctx, region.Config{
 		Name: *name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: ver.secret, Auth: ver.auth,
 		MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger, Engines: eng,
-		MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction, Knobs: testKnobs(logger),
+		MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction, Knobs: testKnobs(logger, brk),
 		Cluster: &region.Cluster{
 			Etcd: cli, Epoch: epoch.Config{Ranges: c.ranges, TTL: c.ttl, MaxSkew: c.skew}, Regions: names,
 			GRPCListen: *grpcAddr, HTTPAdvertise: hs.scheme() + "://" + ln.Addr().String(),
@@ -654,7 +657,6 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			FailbackAfter: *failbackAfter, FailbackRate: *failbackRate,
 			TLS: peerID, GossipKey: first(gossipKey), GossipOldKeys: rest(gossipKey),
 		},
-		Unsafe: brk,
 	})
 	if err != nil {
 		_ = ln.Close()
@@ -677,8 +679,8 @@ func runStandalone(ctx context.Context, c common, name, httpAddr string, eng reg
 	}
 	r, err := region.Open(ctx, region.Config{
 		Name: name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: ver.secret, Auth: ver.auth,
-		MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger, Engines: eng, Unsafe: brk,
-		MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction, Knobs: testKnobs(logger),
+		MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger, Engines: eng,
+		MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction, Knobs: testKnobs(logger, brk),
 	})
 	if err != nil {
 		_ = ln.Close()

@@ -81,10 +81,10 @@ func StartEmbedded(t testing.TB) *etcdembed.Embedded {
 	var lastErr error
 	for range 3 { // a just-freed port can be taken by someone else
 		e, err := etcdembed.StartEmbedded(etcdembed.EmbeddedConfig{
-			Dir:           t.TempDir(),
-			ClientAddr:    FreeAddr(t),
-			PeerAddr:      FreeAddr(t),
-			UnsafeNoFsync: true,
+			Dir:        t.TempDir(),
+			ClientAddr: FreeAddr(t),
+			PeerAddr:   FreeAddr(t),
+			Knobs:      &etcdembed.TestingKnobs{NoFsync: true},
 		})
 		if err == nil {
 			t.Cleanup(e.Close)

@@ -66,7 +66,7 @@ func StartSecureEmbedded(t testing.TB) *SecureEtcd {
 	var lastErr error
 	for range 3 { // a just-freed port can be taken by someone else
 		e, err := etcdembed.StartEmbedded(etcdembed.EmbeddedConfig{
-			Dir: t.TempDir(), ClientAddr: FreeAddr(t), PeerAddr: FreeAddr(t), UnsafeNoFsync: true, UnsafeLowBcryptCost: true,
+			Dir: t.TempDir(), ClientAddr: FreeAddr(t), PeerAddr: FreeAddr(t), Knobs: &etcdembed.TestingKnobs{NoFsync: true, LowBcryptCost: true},
 			ClientTLS: etcdembed.EmbeddedTLS{CertFile: serverCert, KeyFile: serverKey, TrustedCAFile: s.CA, ClientCertAuth: true},
 		})
 		if err == nil {

@@ -13,6 +13,16 @@ import (
 // ErrConfig prefixes configuration errors of the embedded server.
 var ErrConfig = errors.New("etcdembed: bad configuration")
 
+// TestingKnobs are switches for tests only, out of EmbeddedConfig's real
+// fields.
+type TestingKnobs struct {
+	// NoFsync skips fsync (a crash can lose acknowledged writes).
+	NoFsync bool
+	// LowBcryptCost hashes auth passwords with bcrypt's minimum cost (a real
+	// server keeps the default).
+	LowBcryptCost bool
+}
+
 // EmbeddedConfig configures an in-process, single-member etcd server.
 type EmbeddedConfig struct {
 	// Name of the member (default "likes").
@@ -27,12 +37,8 @@ type EmbeddedConfig struct {
 	// LogLevel of the server's zap logger (default "fatal": etcd logs its own
 	// listener shutdown as errors; real failures still arrive on Err()).
 	LogLevel string
-	// UnsafeNoFsync skips fsync (tests only: a crash can lose acknowledged
-	// writes).
-	UnsafeNoFsync bool
-	// UnsafeLowBcryptCost hashes auth passwords with bcrypt's minimum cost
-	// (tests only: a real server keeps the default).
-	UnsafeLowBcryptCost bool
+	// Knobs are test-only switches; nil in a deployment.
+	Knobs *TestingKnobs
 	// ClientTLS, when CertFile and KeyFile are set, serves clients over TLS
 	// (https); with TrustedCAFile and ClientCertAuth it requires a client
 	// certificate signed by that CA.
@@ -90,8 +96,10 @@ func StartEmbedded(c EmbeddedConfig) (*Embedded, error) {
 	cfg.ListenPeerUrls = []url.URL{*purl}
 	cfg.AdvertisePeerUrls = []url.URL{*purl}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	cfg.UnsafeNoFsync = c.UnsafeNoFsync
-	if c.UnsafeLowBcryptCost {
+	if k := c.Knobs; k != nil {
+		cfg.UnsafeNoFsync = k.NoFsync
+	}
+	if c.Knobs != nil && c.Knobs.LowBcryptCost {
 		cfg.BcryptCost = 4 // bcrypt.MinCost
 	}
 	// The JSON gateway is a second, HTTP/1 door to the same API: likes uses

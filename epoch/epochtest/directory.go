@@ -1,6 +1,7 @@
 package epochtest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -280,6 +281,33 @@ func RunDirectory(t *testing.T, newClient func(t *testing.T) *clientv3.Client) {
 			r, err := d.Regions(ctx)
 			return err == nil && len(r) == 0
 		})
+	})
+
+	t.Run("KeepAliveOutlivesItsContext", func(t *testing.T) {
+		// The constructor's context is for setup: cancelling it (Ctrl-C in
+		// likesd) must not end the lease before the region's ordered Close.
+		t.Parallel()
+		cfg := Config(t, 4)
+		cli := newClient(t)
+		d := newDir(t, cli, cfg)
+		ctx, cancel := context.WithCancel(context.Background())
+		k, err := etcdepoch.StartKeepAlive(ctx, cli, etcdepoch.KeepAliveConfig{Config: cfg, Region: info("a")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = k.Close() }()
+		cancel()
+		deadline := time.Now().Add(cfg.TTL + time.Second)
+		for time.Now().Before(deadline) {
+			regions, err := d.Regions(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(regions) != 1 {
+				t.Fatalf("the lease ended with its constructor's context: regions %v", regions)
+			}
+			ctxSleep(t, 100*time.Millisecond)
+		}
 	})
 
 	t.Run("KeepAliveReregistersAfterLeaseLoss", func(t *testing.T) {

@@ -59,7 +59,7 @@ type KeepAlive struct {
 var _ Freshness = (*KeepAlive)(nil)
 
 // StartKeepAlive grants the lease, registers the region under it, and starts
-// the loop, which runs until ctx ends or Close/Abandon is called.
+// the loop, which runs until Close or Abandon (ctx bounds the registration).
 func StartKeepAlive(ctx context.Context, cli *clientv3.Client, cfg KeepAliveConfig) (*KeepAlive, error) {
 	if cli == nil {
 		return nil, errors.New("epoch: StartKeepAlive needs a client")
@@ -92,7 +92,10 @@ func StartKeepAlive(ctx context.Context, cli *clientv3.Client, cfg KeepAliveConf
 	if err != nil {
 		return nil, err
 	}
-	lctx, cancel := context.WithCancel(ctx)
+	// ctx is for the registration only: the loop runs until Close or
+	// Abandon, so a caller's cancelled context (Ctrl-C) cannot end the lease
+	// before the region's ordered Close.
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	k.cancel = cancel
 	go k.loop(lctx)
 	return k, nil

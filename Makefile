@@ -2,7 +2,7 @@
 GO ?= go
 STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: run test lint unit bench
+.PHONY: run test lint unit bench tools gen
 
 ## run: start regions us, eu, ap on the embedded default (Pebble + embedded etcd, no servers) on 127.0.0.1:8080-8082
 run:
@@ -11,7 +11,19 @@ run:
 ## test: everything CI runs: formatting, vet, staticcheck, every test with -race, then the
 ## contract suites against real etcd, Redis, Kafka and Cassandra (installed and started by
 ## scripts/servers.sh, stopped after)
-test: lint unit test-engines
+test: tools lint unit test-engines
+
+## tools: install protoc (Debian's protobuf-compiler) when missing; protoc-gen-go is pinned in go.mod
+tools:
+	@command -v protoc >/dev/null || { \
+	  echo "installing protoc (protobuf-compiler)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq protobuf-compiler >/dev/null; }
+
+## gen: regenerate internal/peerpb from peer.proto (internal/peerpb's test fails when it is stale)
+gen: tools
+	$(GO) build -o .bin/protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go
+	cd internal/peerpb && protoc --plugin=protoc-gen-go=../../.bin/protoc-gen-go --go_out=. --go_opt=paths=source_relative peer.proto
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -44,6 +44,10 @@ type Cluster struct {
 	// FailbackRate bounds those moves per second (default 10).
 	FailbackAfter time.Duration
 	FailbackRate  float64
+	// MaxProtocol limits the region-to-region protocol this region speaks
+	// (0: the newest, replication.MaxProtocol); 1 makes it behave as a region
+	// of the previous release during a rolling upgrade.
+	MaxProtocol int
 	// GRPCListen is the replication + forwarding listen address (default 127.0.0.1:0).
 	GRPCListen string
 	// HTTPAdvertise is this region's public HTTP address, for tools.
@@ -116,6 +120,7 @@ type clusterParts struct {
 	shipper    *replication.Shipper
 	forwarder  *api.Forwarder
 	catchUp    *catchup.Loop
+	replServer *replication.Server
 	liveDir    *etcdepoch.Directory // pins and live regions (the heal's inbound check, the hand-off)
 	pref       []string             // hand-off targets in order
 	svc        *edge.Service        // set by serve, before the gRPC server starts
@@ -218,7 +223,7 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 	healthpb.RegisterHealthServer(p.grpcSrv, p.health)
 	rs, err := replication.NewServer(replication.ServerConfig{
 		Region: name, Partitions: st.Partitions(), Sink: st, Logger: log, Regions: c.Regions,
-		MaxEpoch: p.maxEpoch,
+		MaxEpoch: p.maxEpoch, MaxProtocol: c.MaxProtocol,
 		Fencer: &catchup.Fencer{Pins: p.authority, Log: catchup.SourceHeads(st), Writes: func() catchup.Quiescer {
 			if p.svc == nil {
 				return nil
@@ -230,10 +235,11 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 		return fail(err)
 	}
 	rs.Register(p.grpcSrv)
+	p.replServer = rs
 
 	p.member, err = replication.NewMembership(replication.MembershipConfig{
 		Region: name, GRPCAddr: grpcAddr, HTTPAddr: c.HTTPAdvertise, BindAddr: c.GossipBind, BindPort: c.GossipPort,
-		SecretKey: c.GossipKey, OldKeys: c.GossipOldKeys,
+		SecretKey: c.GossipKey, OldKeys: c.GossipOldKeys, ProtoMax: c.MaxProtocol,
 	})
 	if err != nil {
 		return fail(err)
@@ -243,7 +249,7 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 			log.Warn("memberlist join failed; will learn peers when they join us", "seeds", c.Seeds, "err", err)
 		}
 	}
-	p.transport, err = replication.NewGRPCTransport(replication.TransportConfig{Credentials: creds})
+	p.transport, err = replication.NewGRPCTransport(replication.TransportConfig{Credentials: creds, MaxProtocol: c.MaxProtocol})
 	if err != nil {
 		return fail(err)
 	}

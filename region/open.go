@@ -261,6 +261,13 @@ func (o *opening) registerMetrics() {
 			Help: "Ranges this region owns by a planned move but may not write yet: it is catching up on the other live regions' logs (alert if it stays nonzero: a peer is unreachable).",
 		}, func() float64 { return float64(len(r.cluster.authority.CatchingUp())) }))
 	}
+	if r.cluster != nil && r.cluster.replServer != nil {
+		rs := r.cluster.replServer
+		r.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "likes_peer_protocol_refused_total",
+			Help: "Region-to-region calls refused because the caller's protocol version is outside this region's range (a peer too old or too new for a rolling upgrade).",
+		}, func() float64 { return float64(rs.RefusedProtocol()) }))
+	}
 	if e := o.cfg.Engines; e.Store != StorePebble || e.Log != LogStore || e.Cache != CacheInproc {
 		o.log.Info("region engines", "engines", e.String())
 	}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
+	"likes/internal/peerpb"
 	"likes/internal/rpcjson"
 )
 
@@ -122,6 +123,15 @@ func headsHandler(srv any, ctx context.Context, dec func(any) error, interceptor
 	})
 }
 
+// checkV1 checks a version-1 message: it carries V = 1, and this region's
+// range must include 1.
+func (s *Server) checkV1(v int) error {
+	if err := checkVersion(v); err != nil {
+		return err
+	}
+	return s.checkProtocol(uint32(v))
+}
+
 func checkVersion(v int) error {
 	if v != ProtocolVersion {
 		return status.Errorf(codes.FailedPrecondition,
@@ -131,7 +141,7 @@ func checkVersion(v int) error {
 }
 
 func (s *Server) handlePush(ctx context.Context, in *pushRequest) (*pushResponse, error) {
-	if err := checkVersion(in.V); err != nil {
+	if err := s.checkV1(in.V); err != nil {
 		return nil, err
 	}
 	cur, err := s.Push(ctx, in.Batch)
@@ -142,7 +152,7 @@ func (s *Server) handlePush(ctx context.Context, in *pushRequest) (*pushResponse
 }
 
 func (s *Server) handleDigest(ctx context.Context, in *digestRequest) (*digestResponse, error) {
-	if err := checkVersion(in.V); err != nil {
+	if err := s.checkV1(in.V); err != nil {
 		return nil, err
 	}
 	resp, err := s.Digest(ctx, in.DigestRequest)
@@ -153,7 +163,7 @@ func (s *Server) handleDigest(ctx context.Context, in *digestRequest) (*digestRe
 }
 
 func (s *Server) handleHeads(ctx context.Context, in *headsRequest) (*headsResponse, error) {
-	if err := checkVersion(in.V); err != nil {
+	if err := s.checkV1(in.V); err != nil {
 		return nil, err
 	}
 	resp, err := s.Heads(ctx, in.HeadsRequest)
@@ -186,6 +196,9 @@ type TransportConfig struct {
 	KeepaliveTimeout time.Duration
 	// MaxMsgSize bounds sent and received messages (default 64 MiB).
 	MaxMsgSize int
+	// MinProtocol and MaxProtocol bound the protocol versions this region
+	// speaks as a caller (defaults: the package's MinProtocol, MaxProtocol).
+	MinProtocol, MaxProtocol int
 	// Credentials returns the transport credentials for calling region (mutual
 	// TLS that accepts only a server proving that region: peertls). Nil:
 	// plaintext, for an operator's explicit --insecure-plaintext-peers and
@@ -202,6 +215,15 @@ func (c TransportConfig) withDefaults() (TransportConfig, error) {
 	}
 	if c.MaxMsgSize == 0 {
 		c.MaxMsgSize = maxMsgDefault
+	}
+	if c.MinProtocol == 0 {
+		c.MinProtocol = MinProtocol
+	}
+	if c.MaxProtocol == 0 {
+		c.MaxProtocol = MaxProtocol
+	}
+	if c.MinProtocol < MinProtocol || c.MaxProtocol > MaxProtocol || c.MinProtocol > c.MaxProtocol {
+		return c, fmt.Errorf("replication: TransportConfig protocols %d..%d outside %d..%d", c.MinProtocol, c.MaxProtocol, MinProtocol, MaxProtocol)
 	}
 	switch {
 	case c.KeepaliveTime < 5*time.Second:
@@ -225,6 +247,9 @@ type GRPCTransport struct {
 	closed bool
 	conns  map[string]*grpc.ClientConn
 	bytes  map[string]*byteCounts // by address; survives Forget
+	// proto is the version learned for an address (a peer that announced
+	// nothing answered Unimplemented to a higher one); reset by Forget.
+	proto map[string]int
 }
 
 type byteCounts struct{ sent, received atomic.Uint64 }
@@ -241,7 +266,8 @@ func NewGRPCTransport(cfg TransportConfig) (*GRPCTransport, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &GRPCTransport{cfg: cfg, conns: make(map[string]*grpc.ClientConn), bytes: make(map[string]*byteCounts)}, nil
+	return &GRPCTransport{cfg: cfg, conns: make(map[string]*grpc.ClientConn), bytes: make(map[string]*byteCounts),
+		proto: make(map[string]int)}, nil
 }
 
 func (t *GRPCTransport) conn(p Peer) (*grpc.ClientConn, error) {
@@ -288,11 +314,60 @@ func (t *GRPCTransport) conn(p Peer) (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
+// ErrNoCommonProtocol is returned for a peer whose announced protocol range
+// does not meet this region's.
+var ErrNoCommonProtocol = errors.New("replication: no common protocol version")
+
+// version is the protocol to talk to peer: the highest both sides support.
+func (t *GRPCTransport) version(peer Peer) (int, error) {
+	hi, lo := t.cfg.MaxProtocol, t.cfg.MinProtocol
+	if peer.ProtoMax != 0 {
+		hi = min(hi, peer.ProtoMax)
+		lo = max(lo, peer.ProtoMin)
+		if hi < lo {
+			return 0, status.Errorf(codes.FailedPrecondition, "%v: region %s speaks %d..%d, this region %d..%d",
+				ErrNoCommonProtocol, peer.Region, peer.ProtoMin, peer.ProtoMax, t.cfg.MinProtocol, t.cfg.MaxProtocol)
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if v, ok := t.proto[peer.GRPCAddr]; ok && v < hi {
+		hi = v
+	}
+	return hi, nil
+}
+
+// stepDown records that peer does not serve version v (Unimplemented), so
+// the next call uses v−1 if this region speaks it.
+func (t *GRPCTransport) stepDown(peer Peer, v int, err error) bool {
+	if status.Code(err) != codes.Unimplemented || v-1 < t.cfg.MinProtocol {
+		return false
+	}
+	t.mu.Lock()
+	t.proto[peer.GRPCAddr] = v - 1
+	t.mu.Unlock()
+	return true
+}
+
 // Push sends b to peer and returns the peer's cursor for this region.
 func (t *GRPCTransport) Push(ctx context.Context, peer Peer, b Batch) (Cursor, error) {
 	cc, err := t.conn(peer)
 	if err != nil {
 		return Cursor{}, err
+	}
+	v, err := t.version(peer)
+	if err != nil {
+		return Cursor{}, err
+	}
+	if v >= 2 {
+		var out peerpb.PushResponse
+		err := cc.Invoke(ctx, methodPushV2, &peerpb.PushRequest{Protocol: 2, Batch: batchToPB(b)}, &out)
+		if err == nil {
+			return cursorFromPB(out.GetCursor()), nil
+		}
+		if !t.stepDown(peer, v, err) {
+			return Cursor{}, err
+		}
 	}
 	var out pushResponse
 	if err := cc.Invoke(ctx, methodPush, &pushRequest{V: ProtocolVersion, Batch: b}, &out); err != nil {
@@ -310,6 +385,21 @@ func (t *GRPCTransport) Digest(ctx context.Context, peer Peer, req DigestRequest
 	if err != nil {
 		return DigestResponse{}, err
 	}
+	v, err := t.version(peer)
+	if err != nil {
+		return DigestResponse{}, err
+	}
+	if v >= 2 {
+		var out peerpb.DigestResponse
+		err := cc.Invoke(ctx, methodDigestV2, &peerpb.DigestRequest{Protocol: 2, From: req.From,
+			Partitions: uint32(req.Partitions), Buckets: req.Buckets}, &out)
+		if err == nil {
+			return DigestResponse{Mismatched: out.GetMismatched(), Cursor: cursorFromPB(out.GetCursor())}, nil
+		}
+		if !t.stepDown(peer, v, err) {
+			return DigestResponse{}, err
+		}
+	}
 	var out digestResponse
 	if err := cc.Invoke(ctx, methodDigest, &digestRequest{V: ProtocolVersion, DigestRequest: req}, &out); err != nil {
 		return DigestResponse{}, err
@@ -326,6 +416,24 @@ func (t *GRPCTransport) Heads(ctx context.Context, peer Peer, req HeadsRequest) 
 	cc, err := t.conn(peer)
 	if err != nil {
 		return HeadsResponse{}, err
+	}
+	v, err := t.version(peer)
+	if err != nil {
+		return HeadsResponse{}, err
+	}
+	if v >= 2 {
+		in := &peerpb.HeadsRequest{Protocol: 2, From: req.From, Partitions: uint32(req.Partitions)}
+		for _, p := range req.Pins {
+			in.Pins = append(in.Pins, &peerpb.PinRef{Range: p.Range, Epoch: p.Epoch})
+		}
+		var out peerpb.HeadsResponse
+		err := cc.Invoke(ctx, methodHeadsV2, in, &out)
+		if err == nil {
+			return HeadsResponse{Log: out.GetLog()}, nil
+		}
+		if !t.stepDown(peer, v, err) {
+			return HeadsResponse{}, err
+		}
 	}
 	var out headsResponse
 	if err := cc.Invoke(ctx, methodHeads, &headsRequest{V: ProtocolVersion, HeadsRequest: req}, &out); err != nil {
@@ -357,6 +465,7 @@ func (t *GRPCTransport) Forget(addr string) {
 			delete(t.conns, k)
 		}
 	}
+	delete(t.proto, addr)
 	t.mu.Unlock()
 	for _, cc := range gone {
 		_ = cc.Close()

@@ -18,6 +18,9 @@ import (
 // MembershipConfig configures gossip peer discovery. Zero fields take the
 // defaults, which suit loopback and a LAN (memberlist.DefaultLocalConfig).
 type MembershipConfig struct {
+	// ProtoMin and ProtoMax are the protocol versions this node announces
+	// (defaults: the package's MinProtocol, MaxProtocol).
+	ProtoMin, ProtoMax int
 	// Region is this node's region. Required.
 	Region string
 	// GRPCAddr is where this node's replication Server listens (host:port). Required.
@@ -50,6 +53,8 @@ type nodeMeta struct {
 	Region   string `json:"region"`
 	GRPCAddr string `json:"grpcAddr"`
 	HTTPAddr string `json:"httpAddr,omitempty"`
+	ProtoMin int    `json:"protoMin,omitempty"`
+	ProtoMax int    `json:"protoMax,omitempty"`
 }
 
 // Member is one live node of the gossip cluster.
@@ -102,7 +107,13 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 	if cfg.LeaveTimeout == 0 {
 		cfg.LeaveTimeout = time.Second
 	}
-	self := Peer{Region: cfg.Region, GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr}
+	if cfg.ProtoMin == 0 {
+		cfg.ProtoMin = MinProtocol
+	}
+	if cfg.ProtoMax == 0 {
+		cfg.ProtoMax = MaxProtocol
+	}
+	self := Peer{Region: cfg.Region, GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, ProtoMin: cfg.ProtoMin, ProtoMax: cfg.ProtoMax}
 	meta, err := json.Marshal(nodeMeta(self))
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -39,6 +40,11 @@ type ServerConfig struct {
 	Regions []string
 	// Logger receives refusals and store errors. Default: discard.
 	Logger *slog.Logger
+	// MinProtocol and MaxProtocol bound the protocol versions this region
+	// accepts (defaults: the package's MinProtocol and MaxProtocol); a call
+	// of another version is refused with codes.FailedPrecondition naming
+	// both ranges. A region limited to MaxProtocol 1 serves only version 1.
+	MinProtocol, MaxProtocol int
 }
 
 func (c ServerConfig) withDefaults() (ServerConfig, error) {
@@ -65,6 +71,8 @@ type Server struct {
 
 	mu      sync.Mutex
 	senders map[string]chan struct{} // per-sender lock (a channel so waits honour ctx)
+
+	refusedProtocol atomic.Uint64
 }
 
 // NewServer validates cfg and returns a Server.
@@ -77,7 +85,15 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 }
 
 // Register adds the Replication service to r (normally a *grpc.Server).
-func (s *Server) Register(r grpc.ServiceRegistrar) { r.RegisterService(&serviceDesc, s) }
+// Version 1 is always registered (a caller outside the range is refused
+// with a clear error, not Unimplemented); version 2 only when the range
+// includes it, so a caller limited to 2 learns of a region that is not.
+func (s *Server) Register(r grpc.ServiceRegistrar) {
+	r.RegisterService(&serviceDesc, s)
+	if _, hi := s.protocolRange(); hi >= 2 {
+		r.RegisterService(&serviceDescV2, s)
+	}
+}
 
 func (s *Server) lock(ctx context.Context, from string) (unlock func(), err error) {
 	s.mu.Lock()

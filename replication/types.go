@@ -63,6 +63,11 @@ type Peer struct {
 	Region   string `json:"region"`
 	GRPCAddr string `json:"grpcAddr"`
 	HTTPAddr string `json:"httpAddr,omitempty"`
+	// ProtoMin and ProtoMax are the protocol versions the peer announces
+	// (gossip metadata); zero: unknown (a caller then tries its highest and
+	// steps down on Unimplemented).
+	ProtoMin int `json:"protoMin,omitempty"`
+	ProtoMax int `json:"protoMax,omitempty"`
 }
 
 // DigestRequest asks a receiver to compare its copy of the sender's cells with

@@ -551,6 +551,7 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	antiEntropy := fs.Duration("anti-entropy", 30*time.Second, "replication anti-entropy digest interval")
 	failbackAfter := fs.Duration("failback-after", 30*time.Second, "how long a region must be back (registered, not draining) before the ranges it is home to move back to it as planned moves (negative: never)")
 	failbackRate := fs.Float64("failback-rate", 10, "failback moves per second over the cluster")
+	peerProtoMax := fs.Int("peer-protocol-max", 0, "highest region-to-region protocol version to speak (0: the newest; 1 during a rolling upgrade from a release that speaks only 1)")
 	drainTimeout := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long to wait for the hand-off of this region's ranges (planned moves) and the shipper's flush before stopping anyway (0: stop at once, the ranges fail over)")
 	unsafe := fs.String("unsafe-break", "", "TESTING ONLY: switch guarantees off (fence,idempotency,lease) to prove the chaos checker fails")
 	c.sec.register(fs, true)
@@ -654,7 +655,7 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			GRPCListen: *grpcAddr, HTTPAdvertise: hs.scheme() + "://" + ln.Addr().String(),
 			GossipBind: gHost, GossipPort: gPort, Seeds: seedList,
 			PeerAddrs: overrides, AntiEntropy: *antiEntropy,
-			FailbackAfter: *failbackAfter, FailbackRate: *failbackRate,
+			FailbackAfter: *failbackAfter, FailbackRate: *failbackRate, MaxProtocol: *peerProtoMax,
 			TLS: peerID, GossipKey: first(gossipKey), GossipOldKeys: rest(gossipKey),
 		},
 	})

@@ -1,0 +1,249 @@
+package replication
+
+import (
+	"context"
+	"encoding/hex"
+	"math"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"likes/crdt"
+	"likes/edge"
+	"likes/internal/peerpb"
+)
+
+// Protocol versions (the memberlist ProtocolVersionMin/Max pattern). A
+// region speaks every version in [MinProtocol, MaxProtocol]; a caller talks
+// the highest version both sides support. Version 1 is the JSON encoding of
+// this package's Go structs (service likes.replication.v1.Replication),
+// version 2 the protobuf messages of internal/peerpb/peer.proto (service
+// likes.peer.v2.Replication).
+const (
+	MinProtocol = 1
+	MaxProtocol = 2
+)
+
+const (
+	serviceV2      = "likes.peer.v2.Replication"
+	methodPushV2   = "/" + serviceV2 + "/Push"
+	methodDigestV2 = "/" + serviceV2 + "/Digest"
+	methodHeadsV2  = "/" + serviceV2 + "/Heads"
+)
+
+var serviceDescV2 = grpc.ServiceDesc{
+	ServiceName: serviceV2,
+	HandlerType: (*replicationHandler)(nil),
+	Methods: []grpc.MethodDesc{
+		{MethodName: "Push", Handler: unaryV2(methodPushV2, func(s *Server, ctx context.Context, in *peerpb.PushRequest) (*peerpb.PushResponse, error) {
+			if err := s.checkProtocol(in.GetProtocol()); err != nil {
+				return nil, err
+			}
+			b, err := batchFromPB(in.GetBatch())
+			if err != nil {
+				return nil, err
+			}
+			cur, err := s.Push(ctx, b)
+			if err != nil {
+				return nil, err
+			}
+			return &peerpb.PushResponse{Protocol: 2, Cursor: cursorToPB(cur)}, nil
+		})},
+		{MethodName: "Digest", Handler: unaryV2(methodDigestV2, func(s *Server, ctx context.Context, in *peerpb.DigestRequest) (*peerpb.DigestResponse, error) {
+			if err := s.checkProtocol(in.GetProtocol()); err != nil {
+				return nil, err
+			}
+			resp, err := s.Digest(ctx, DigestRequest{From: in.GetFrom(), Partitions: int(in.GetPartitions()), Buckets: in.GetBuckets()})
+			if err != nil {
+				return nil, err
+			}
+			return &peerpb.DigestResponse{Protocol: 2, Mismatched: resp.Mismatched, Cursor: cursorToPB(resp.Cursor)}, nil
+		})},
+		{MethodName: "Heads", Handler: unaryV2(methodHeadsV2, func(s *Server, ctx context.Context, in *peerpb.HeadsRequest) (*peerpb.HeadsResponse, error) {
+			if err := s.checkProtocol(in.GetProtocol()); err != nil {
+				return nil, err
+			}
+			req := HeadsRequest{From: in.GetFrom(), Partitions: int(in.GetPartitions())}
+			for _, p := range in.GetPins() {
+				req.Pins = append(req.Pins, PinRef{Range: p.GetRange(), Epoch: p.GetEpoch()})
+			}
+			resp, err := s.Heads(ctx, req)
+			if err != nil {
+				return nil, err
+			}
+			return &peerpb.HeadsResponse{Protocol: 2, Log: resp.Log}, nil
+		})},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "internal/peerpb/peer.proto",
+}
+
+// unaryV2 adapts a typed handler of the v2 service to grpc's MethodDesc.
+func unaryV2[In, Out any, PIn interface {
+	*In
+	proto.Message
+}](method string, h func(*Server, context.Context, PIn) (Out, error)) grpc.MethodHandler {
+	return func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+		in := PIn(new(In))
+		if err := dec(in); err != nil {
+			return nil, err
+		}
+		s := srv.(*Server)
+		if interceptor == nil {
+			return h(s, ctx, in)
+		}
+		info := &grpc.UnaryServerInfo{Server: srv, FullMethod: method}
+		return interceptor(ctx, in, info, func(ctx context.Context, req any) (any, error) {
+			return h(s, ctx, req.(PIn))
+		})
+	}
+}
+
+// checkProtocol refuses a caller's version outside this region's range.
+func (s *Server) checkProtocol(v uint32) error {
+	lo, hi := s.protocolRange()
+	if int(v) < lo || int(v) > hi {
+		s.refusedProtocol.Add(1)
+		return status.Errorf(codes.FailedPrecondition,
+			"replication: the peer speaks protocol %d; this region speaks protocols %d..%d", v, lo, hi)
+	}
+	return nil
+}
+
+func (s *Server) protocolRange() (int, int) {
+	lo, hi := s.cfg.MinProtocol, s.cfg.MaxProtocol
+	if lo == 0 {
+		lo = MinProtocol
+	}
+	if hi == 0 {
+		hi = MaxProtocol
+	}
+	return lo, hi
+}
+
+// RefusedProtocol counts calls refused for a protocol version outside this
+// region's range (likes_peer_protocol_refused_total).
+func (s *Server) RefusedProtocol() uint64 { return s.refusedProtocol.Load() }
+
+// batchToPB encodes b compactly: positions as deltas within a run, event
+// times as deltas from the batch's first.
+func batchToPB(b Batch) *peerpb.Batch {
+	out := &peerpb.Batch{From: b.From, Partitions: uint32(b.Partitions), CellsThrough: b.CellsThrough,
+		CellsAfter: b.CellsAfter, Watermark: b.Watermark}
+	base := int64(0)
+	for _, pb := range b.Parts {
+		if len(pb.Events) > 0 && base == 0 {
+			base = pb.Events[0].EventTime
+		}
+	}
+	out.BaseTime = base
+	for _, pb := range b.Parts {
+		p := &peerpb.Part{Partition: pb.Partition, After: pb.After, Through: pb.Through}
+		prev := pb.After
+		for _, ev := range pb.Events {
+			e := &peerpb.Event{PosDelta: ev.Pos - prev, Item: ev.Item, User: ev.User, Bucket: ev.Bucket,
+				Epoch: ev.Version.Epoch, Op: ev.Version.Op, State: uint32(ev.State), Delta: ev.Delta,
+				EventTime: ev.EventTime - base, Kind: uint32(ev.Kind)}
+			if r := ev.Idem; r != nil {
+				e.Idem = &peerpb.IdemRef{Key: r.Key, ExpiresAt: r.ExpiresAt - ev.EventTime, Liked: r.Liked, Changed: r.Changed}
+				if raw, ok := hexFingerprint(r.Fingerprint); ok {
+					e.Idem.FingerprintRaw = raw
+				} else {
+					e.Idem.Fingerprint = r.Fingerprint
+				}
+			}
+			prev = ev.Pos
+			p.Events = append(p.Events, e)
+		}
+		out.Parts = append(out.Parts, p)
+	}
+	for _, c := range b.Cells {
+		region := c.Key.Region
+		if region == b.From {
+			region = ""
+		}
+		out.Cells = append(out.Cells, &peerpb.CellState{Item: c.Key.Item, Region: region, Shard: c.Key.Shard,
+			P: c.Cell.P, N: c.Cell.N, Hwm: c.Cell.HWM, Watermark: c.Cell.Watermark})
+	}
+	return out
+}
+
+// errBadV2 is an undecodable v2 message (the receiver then validates the
+// decoded batch exactly as a v1 one).
+func errBadV2(format string, args ...any) error {
+	return status.Errorf(codes.InvalidArgument, "replication: bad v2 message: "+format, args...)
+}
+
+// batchFromPB decodes a v2 batch; overflowing positions or times are refused.
+func batchFromPB(in *peerpb.Batch) (Batch, error) {
+	if in == nil {
+		return Batch{}, errBadV2("no batch")
+	}
+	b := Batch{From: in.GetFrom(), Partitions: int(in.GetPartitions()), CellsThrough: in.GetCellsThrough(),
+		CellsAfter: in.GetCellsAfter(), Watermark: in.GetWatermark()}
+	base := in.GetBaseTime()
+	for _, p := range in.GetParts() {
+		pb := PartBatch{Partition: p.GetPartition(), After: p.GetAfter(), Through: p.GetThrough()}
+		pos := p.GetAfter()
+		for _, e := range p.GetEvents() {
+			if e.GetPosDelta() > math.MaxUint64-pos {
+				return Batch{}, errBadV2("event position overflows")
+			}
+			pos += e.GetPosDelta()
+			t := e.GetEventTime()
+			if (t > 0 && base > math.MaxInt64-t) || (t < 0 && base < math.MinInt64-t) {
+				return Batch{}, errBadV2("event time overflows")
+			}
+			if e.GetState() > math.MaxUint8 || e.GetKind() > math.MaxUint8 {
+				return Batch{}, errBadV2("event state or kind out of range")
+			}
+			ev := edge.Event{Partition: p.GetPartition(), Pos: pos, Item: e.GetItem(), User: e.GetUser(), Bucket: e.GetBucket(),
+				Version: crdt.Version{Epoch: e.GetEpoch(), Op: e.GetOp()}, State: crdt.State(e.GetState()), Delta: e.GetDelta(),
+				EventTime: base + t, Kind: edge.Kind(e.GetKind())}
+			if r := e.GetIdem(); r != nil {
+				x := r.GetExpiresAt()
+				if (x > 0 && ev.EventTime > math.MaxInt64-x) || (x < 0 && ev.EventTime < math.MinInt64-x) {
+					return Batch{}, errBadV2("record expiry overflows")
+				}
+				fp := r.GetFingerprint()
+				if raw := r.GetFingerprintRaw(); len(raw) > 0 {
+					if fp != "" || len(raw) != 16 {
+						return Batch{}, errBadV2("a fingerprint in both forms, or a raw one of %d bytes", len(raw))
+					}
+					fp = hex.EncodeToString(raw)
+				}
+				ev.Idem = &edge.IdemRef{Key: r.GetKey(), Fingerprint: fp, ExpiresAt: ev.EventTime + x, Liked: r.GetLiked(), Changed: r.GetChanged()}
+			}
+			pb.Events = append(pb.Events, ev)
+		}
+		b.Parts = append(b.Parts, pb)
+	}
+	for _, c := range in.GetCells() {
+		region := c.GetRegion()
+		if region == "" {
+			region = b.From
+		}
+		b.Cells = append(b.Cells, CellState{Key: crdt.CellKey{Item: c.GetItem(), Region: region, Shard: c.GetShard()},
+			Cell: crdt.Cell{P: c.GetP(), N: c.GetN(), HWM: c.GetHwm(), Watermark: c.GetWatermark()}})
+	}
+	return b, nil
+}
+
+// hexFingerprint returns the 16 bytes of a fingerprint written as 32
+// lower-case hex digits (edge.Fingerprint), so it decodes back identically.
+func hexFingerprint(fp string) ([]byte, bool) {
+	if len(fp) != 32 || strings.ToLower(fp) != fp {
+		return nil, false
+	}
+	raw, err := hex.DecodeString(fp)
+	return raw, err == nil
+}
+
+func cursorToPB(c Cursor) *peerpb.Cursor { return &peerpb.Cursor{Log: c.Log, Cells: c.Cells} }
+
+func cursorFromPB(c *peerpb.Cursor) Cursor {
+	return Cursor{Log: c.GetLog(), Cells: c.GetCells()}
+}

@@ -21,11 +21,26 @@
 //     planned pin moves: a Fencer (the region) confirms it has seen the new
 //     pins and has no write under their older epochs in flight, then answers
 //     its own-log heads; the new owner writes once its cursor reaches them. A
-//     Sink that is also a PartsSink applies a push's partitions in one commit. Messages are Go structs encoded as JSON by a codec
-//     installed per connection (grpc.ForceCodecV2) and per server
-//     (ServerOptions → grpc.ForceServerCodecV2); nothing is registered globally.
+//     Sink that is also a PartsSink applies a push's partitions in one commit.
+//   - Protocol versions (memberlist's ProtocolVersionMin/Max pattern): a
+//     region speaks [MinProtocol, MaxProtocol] = [1, 2]. Version 1 is the
+//     service above with this package's Go structs as JSON; version 2 is
+//     likes.peer.v2.Replication with the protobuf messages of
+//     internal/peerpb/peer.proto (positions and times as deltas, the sender
+//     once per batch, a fingerprint as its 16 bytes: 115 bytes per like event
+//     against 355). A region announces its range in its gossip metadata; a
+//     caller talks the highest version both support (without an announcement
+//     it tries its highest and steps down when the peer answers
+//     Unimplemented, which a region limited to 1 does: it registers only the
+//     version-1 service). A call outside the receiver's range is refused with
+//     codes.FailedPrecondition naming both ranges, and counted
+//     (Server.RefusedProtocol). Decoding a v2 message checks only what the
+//     conversion needs (overflowing positions and times); the receiver then
+//     validates the batch exactly as a v1 one. One codec (internal/rpcjson:
+//     protobuf for generated messages, JSON otherwise) is installed per
+//     connection and per server; nothing is registered globally.
 //   - Membership: gossip on a bind address; node metadata is
-//     {region, grpcAddr, httpAddr}; Peers lists one endpoint per other region
+//     {region, grpcAddr, httpAddr, protoMin, protoMax}; Peers lists one endpoint per other region
 //     and Changes signals when that may have changed. It is the Shipper's
 //     PeerSource.
 //

@@ -2,9 +2,6 @@ package replication
 
 import (
 	"context"
-	"encoding/hex"
-	"math"
-	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -12,7 +9,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"likes/crdt"
-	"likes/edge"
 	"likes/internal/peerpb"
 )
 
@@ -144,19 +140,8 @@ func batchToPB(b Batch) *peerpb.Batch {
 		p := &peerpb.Part{Partition: pb.Partition, After: pb.After, Through: pb.Through}
 		prev := pb.After
 		for _, ev := range pb.Events {
-			e := &peerpb.Event{PosDelta: ev.Pos - prev, Item: ev.Item, User: ev.User, Bucket: ev.Bucket,
-				Epoch: ev.Version.Epoch, Op: ev.Version.Op, State: uint32(ev.State), Delta: ev.Delta,
-				EventTime: ev.EventTime - base, Kind: uint32(ev.Kind)}
-			if r := ev.Idem; r != nil {
-				e.Idem = &peerpb.IdemRef{Key: r.Key, ExpiresAt: r.ExpiresAt - ev.EventTime, Liked: r.Liked, Changed: r.Changed}
-				if raw, ok := hexFingerprint(r.Fingerprint); ok {
-					e.Idem.FingerprintRaw = raw
-				} else {
-					e.Idem.Fingerprint = r.Fingerprint
-				}
-			}
+			p.Events = append(p.Events, peerpb.FromEvent(ev, prev, base))
 			prev = ev.Pos
-			p.Events = append(p.Events, e)
 		}
 		out.Parts = append(out.Parts, p)
 	}
@@ -189,34 +174,11 @@ func batchFromPB(in *peerpb.Batch) (Batch, error) {
 		pb := PartBatch{Partition: p.GetPartition(), After: p.GetAfter(), Through: p.GetThrough()}
 		pos := p.GetAfter()
 		for _, e := range p.GetEvents() {
-			if e.GetPosDelta() > math.MaxUint64-pos {
-				return Batch{}, errBadV2("event position overflows")
+			ev, err := e.ToEvent(p.GetPartition(), pos, base)
+			if err != nil {
+				return Batch{}, status.Error(codes.InvalidArgument, "replication: "+err.Error())
 			}
-			pos += e.GetPosDelta()
-			t := e.GetEventTime()
-			if (t > 0 && base > math.MaxInt64-t) || (t < 0 && base < math.MinInt64-t) {
-				return Batch{}, errBadV2("event time overflows")
-			}
-			if e.GetState() > math.MaxUint8 || e.GetKind() > math.MaxUint8 {
-				return Batch{}, errBadV2("event state or kind out of range")
-			}
-			ev := edge.Event{Partition: p.GetPartition(), Pos: pos, Item: e.GetItem(), User: e.GetUser(), Bucket: e.GetBucket(),
-				Version: crdt.Version{Epoch: e.GetEpoch(), Op: e.GetOp()}, State: crdt.State(e.GetState()), Delta: e.GetDelta(),
-				EventTime: base + t, Kind: edge.Kind(e.GetKind())}
-			if r := e.GetIdem(); r != nil {
-				x := r.GetExpiresAt()
-				if (x > 0 && ev.EventTime > math.MaxInt64-x) || (x < 0 && ev.EventTime < math.MinInt64-x) {
-					return Batch{}, errBadV2("record expiry overflows")
-				}
-				fp := r.GetFingerprint()
-				if raw := r.GetFingerprintRaw(); len(raw) > 0 {
-					if fp != "" || len(raw) != 16 {
-						return Batch{}, errBadV2("a fingerprint in both forms, or a raw one of %d bytes", len(raw))
-					}
-					fp = hex.EncodeToString(raw)
-				}
-				ev.Idem = &edge.IdemRef{Key: r.GetKey(), Fingerprint: fp, ExpiresAt: ev.EventTime + x, Liked: r.GetLiked(), Changed: r.GetChanged()}
-			}
+			pos = ev.Pos
 			pb.Events = append(pb.Events, ev)
 		}
 		b.Parts = append(b.Parts, pb)
@@ -230,16 +192,6 @@ func batchFromPB(in *peerpb.Batch) (Batch, error) {
 			Cell: crdt.Cell{P: c.GetP(), N: c.GetN(), HWM: c.GetHwm(), Watermark: c.GetWatermark()}})
 	}
 	return b, nil
-}
-
-// hexFingerprint returns the 16 bytes of a fingerprint written as 32
-// lower-case hex digits (edge.Fingerprint), so it decodes back identically.
-func hexFingerprint(fp string) ([]byte, bool) {
-	if len(fp) != 32 || strings.ToLower(fp) != fp {
-		return nil, false
-	}
-	raw, err := hex.DecodeString(fp)
-	return raw, err == nil
 }
 
 func cursorToPB(c Cursor) *peerpb.Cursor { return &peerpb.Cursor{Log: c.Log, Cells: c.Cells} }

@@ -8,9 +8,11 @@ import (
 	"strconv"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
 
 	"likes/crdt"
 	"likes/edge"
+	"likes/internal/peerpb"
 	"likes/internal/wire"
 )
 
@@ -18,7 +20,9 @@ import (
 // HeaderSrcPos; HeaderWM rides on the last event of a batch that reached the
 // source head and on every heartbeat.
 const (
-	// HeaderFormat is the value encoding's version ("1").
+	// HeaderFormat is the value encoding's version: "2", the protobuf Event
+	// of the region-to-region protocol (internal/peerpb), written by this
+	// build; "1", the earlier binary encoding, still read.
 	HeaderFormat = "v"
 	// HeaderSrcPos is the source log position the relay has published through
 	// once this record is in Kafka (decimal).
@@ -35,7 +39,10 @@ const (
 	HeaderDLQError     = "dlq-error"
 )
 
-const formatV1 = "1"
+const (
+	formatV1 = "1"
+	formatV2 = "2"
+)
 
 // ErrUnknownFormat is returned by Log.Read for a record written in a format
 // version this build does not know (a newer relay). It is not poison: the
@@ -83,20 +90,60 @@ func decodeEvent(v []byte) (edge.Event, error) {
 		return edge.Event{}, d.Err()
 	case d.Len() != 0:
 		return edge.Event{}, fmt.Errorf("%w: %d trailing bytes", errPoison, d.Len())
-	case ev.Kind < edge.KindFlip || ev.Kind > edge.LastKind:
-		return edge.Event{}, fmt.Errorf("%w: kind %d", errPoison, ev.Kind)
-	case ev.State > crdt.Erased:
-		return edge.Event{}, fmt.Errorf("%w: state %d", errPoison, ev.State)
-	case bucket >= edge.Buckets:
-		return edge.Event{}, fmt.Errorf("%w: bucket %d", errPoison, bucket)
-	case delta < math.MinInt32 || delta > math.MaxInt32:
+	}
+	if delta < math.MinInt32 || delta > math.MaxInt32 {
 		return edge.Event{}, fmt.Errorf("%w: delta %d", errPoison, delta)
-	case ev.Item == "":
-		return edge.Event{}, fmt.Errorf("%w: empty item", errPoison)
+	}
+	if bucket > math.MaxUint32 {
+		return edge.Event{}, fmt.Errorf("%w: bucket %d", errPoison, bucket)
 	}
 	ev.Bucket = uint32(bucket)
 	ev.Delta = int32(delta)
+	if err := plausible(ev); err != nil {
+		return edge.Event{}, err
+	}
 	return ev, nil
+}
+
+// encodeEventV2 is the format-2 value of an event record: the protobuf Event
+// of internal/peerpb, times absolute, the position the record's placement.
+func encodeEventV2(ev edge.Event) []byte {
+	b, _ := proto.Marshal(peerpb.FromEvent(ev, ev.Pos, 0)) // plain data: cannot fail
+	return b
+}
+
+// decodeEventV2 inverts encodeEventV2, as strictly as decodeEvent.
+func decodeEventV2(v []byte) (edge.Event, error) {
+	var m peerpb.Event
+	if err := proto.Unmarshal(v, &m); err != nil {
+		return edge.Event{}, fmt.Errorf("%w: %v", errPoison, err)
+	}
+	if m.GetPosDelta() != 0 {
+		return edge.Event{}, fmt.Errorf("%w: a position in the value", errPoison)
+	}
+	ev, err := m.ToEvent(0, 0, 0)
+	if err != nil {
+		return edge.Event{}, fmt.Errorf("%w: %v", errPoison, err)
+	}
+	if err := plausible(ev); err != nil {
+		return edge.Event{}, err
+	}
+	return ev, nil
+}
+
+// plausible is what every decoded event must be, whatever its format.
+func plausible(ev edge.Event) error {
+	switch {
+	case ev.Kind < edge.KindFlip || ev.Kind > edge.LastKind:
+		return fmt.Errorf("%w: kind %d", errPoison, ev.Kind)
+	case ev.State > crdt.Erased:
+		return fmt.Errorf("%w: state %d", errPoison, ev.State)
+	case ev.Bucket >= edge.Buckets:
+		return fmt.Errorf("%w: bucket %d", errPoison, ev.Bucket)
+	case ev.Item == "":
+		return fmt.Errorf("%w: empty item", errPoison)
+	}
+	return nil
 }
 
 func header(r *kgo.Record, key string) (string, bool) {
@@ -138,8 +185,8 @@ func parseRecord(r *kgo.Record) (parsed, error) {
 	if !ok {
 		return p, fmt.Errorf("%w: no %q header", errPoison, HeaderFormat)
 	}
-	if f != formatV1 {
-		if n, err := strconv.Atoi(f); err == nil && n > 1 {
+	if f != formatV1 && f != formatV2 {
+		if n, err := strconv.Atoi(f); err == nil && n > 2 {
 			return p, fmt.Errorf("%w: %q=%q at offset %d", ErrUnknownFormat, HeaderFormat, f, r.Offset)
 		}
 		return p, fmt.Errorf("%w: %q=%q", errPoison, HeaderFormat, f)
@@ -162,7 +209,11 @@ func parseRecord(r *kgo.Record) (parsed, error) {
 		}
 		return p, nil
 	}
-	ev, err := decodeEvent(r.Value)
+	decode := decodeEvent
+	if f == formatV2 {
+		decode = decodeEventV2
+	}
+	ev, err := decode(r.Value)
 	if err != nil {
 		return p, err
 	}
@@ -176,9 +227,9 @@ func eventRecord(topic string, ev edge.Event) *kgo.Record {
 		Topic:     topic,
 		Partition: int32(ev.Partition),
 		Key:       recordKey(ev.Item, ev.Bucket),
-		Value:     encodeEvent(ev),
+		Value:     encodeEventV2(ev),
 		Headers: []kgo.RecordHeader{
-			{Key: HeaderFormat, Value: []byte(formatV1)},
+			{Key: HeaderFormat, Value: []byte(formatV2)},
 			{Key: HeaderSrcPos, Value: strconv.AppendUint(nil, ev.Pos, 10)},
 		},
 	}
@@ -194,7 +245,7 @@ func heartbeatRecord(topic string, partition uint32, srcPos uint64, wm int64) *k
 		Topic:     topic,
 		Partition: int32(partition),
 		Headers: []kgo.RecordHeader{
-			{Key: HeaderFormat, Value: []byte(formatV1)},
+			{Key: HeaderFormat, Value: []byte(formatV2)},
 			{Key: HeaderSrcPos, Value: strconv.AppendUint(nil, srcPos, 10)},
 		},
 	}

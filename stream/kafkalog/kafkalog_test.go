@@ -347,9 +347,9 @@ func TestPoisonRecordGoesToDLQ(t *testing.T) {
 		if kevs := pipelinetest.ReadAll(t, l, 1, 1000); len(kevs) > 0 {
 			after = kevs[len(kevs)-1].Pos
 		}
-		produce(t, raw, &kgo.Record{Topic: cfg.Topic, Partition: 1, Value: []byte{1}, Headers: []kgo.RecordHeader{{Key: HeaderFormat, Value: []byte("2")}}})
+		produce(t, raw, &kgo.Record{Topic: cfg.Topic, Partition: 1, Value: []byte{1}, Headers: []kgo.RecordHeader{{Key: HeaderFormat, Value: []byte("3")}}})
 		if _, _, err := l.Read(context.Background(), 1, after, 10); !errors.Is(err, ErrUnknownFormat) {
-			t.Fatalf("Read over a v2 record: %v, want ErrUnknownFormat", err)
+			t.Fatalf("Read over a format-3 record: %v, want ErrUnknownFormat", err)
 		}
 		if n := l.Stats().Poisoned; n != 3 {
 			t.Fatalf("Poisoned = %d, want 3", n)
@@ -584,11 +584,19 @@ func TestCodecRoundTrip(t *testing.T) {
 		if rng.IntN(2) == 0 {
 			ev.Idem = &edge.IdemRef{Key: fmt.Sprint("k", i), Fingerprint: "fp", ExpiresAt: rng.Int64(), Liked: rng.IntN(2) == 0, Changed: rng.IntN(2) == 0}
 		}
-		enc := encodeEvent(ev)
-		got, err := decodeEvent(enc)
-		if err != nil || !sameEvent(got, ev) {
-			t.Fatalf("round trip of %+v: %+v, %v", ev, got, err)
+		for name, f := range map[string]struct {
+			enc func(edge.Event) []byte
+			dec func([]byte) (edge.Event, error)
+		}{"format 1": {encodeEvent, decodeEvent}, "format 2": {encodeEventV2, decodeEventV2}} {
+			got, err := f.dec(f.enc(ev))
+			if err != nil || !sameEvent(got, ev) {
+				t.Fatalf("%s round trip of %+v: %+v, %v", name, ev, got, err)
+			}
+			if _, err := f.dec(append(f.enc(ev), 0)); err == nil {
+				t.Fatalf("%s: a trailing byte decoded", name)
+			}
 		}
+		enc := encodeEvent(ev)
 		for cut := range len(enc) {
 			if _, err := decodeEvent(enc[:cut]); err == nil {
 				t.Fatalf("a truncation to %d of %d bytes decoded", cut, len(enc))
@@ -604,6 +612,7 @@ func TestCodecRoundTrip(t *testing.T) {
 			b[i] = byte(rng.Uint32())
 		}
 		_, _ = decodeEvent(b) // never panics
+		_, _ = decodeEventV2(b)
 	}
 }
 

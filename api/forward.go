@@ -14,6 +14,7 @@ import (
 
 	"likes/crdt"
 	"likes/edge"
+	"likes/internal/peerpb"
 	"likes/internal/peertls"
 	"likes/internal/rpcjson"
 )
@@ -78,6 +79,9 @@ type ForwardPolicy struct {
 	// Eraser returns the region's eraser (nil until it runs), which starts
 	// and reports erasures relayed from other regions.
 	Eraser func() *edge.Eraser
+	// MaxProtocol 1 serves only the version-1 service (a region limited for
+	// a rolling upgrade); 0 serves both.
+	MaxProtocol int
 }
 
 type forwardHandler struct {
@@ -278,7 +282,11 @@ var forwardDesc = grpc.ServiceDesc{
 // RegisterForward serves forwarded writes for svc on s under policy. The
 // server must use the rpcjson codec (grpc.ForceServerCodecV2(rpcjson.Codec{})).
 func RegisterForward(s *grpc.Server, svc *edge.Service, policy ForwardPolicy) {
-	s.RegisterService(&forwardDesc, &forwardHandler{svc: svc, policy: policy})
+	h := &forwardHandler{svc: svc, policy: policy}
+	s.RegisterService(&forwardDesc, h)
+	if policy.MaxProtocol != 1 {
+		s.RegisterService(&forwardDescV2, h)
+	}
 }
 
 // Forwarder is the gRPC client side: it implements edge.Forwarder.
@@ -289,6 +297,11 @@ type Forwarder struct {
 	creds   func(region string) credentials.TransportCredentials
 	mu      sync.Mutex
 	conns   map[string]*grpc.ClientConn
+	v1Only  map[string]bool // owners' addresses that answered Unimplemented to version 2
+
+	// MaxProtocol 1 makes the Forwarder speak only version 1 (set before
+	// use); 0 tries version 2 first.
+	MaxProtocol int
 }
 
 var _ edge.Forwarder = (*Forwarder)(nil)
@@ -297,7 +310,7 @@ var _ edge.Forwarder = (*Forwarder)(nil)
 // resolve and calls them with creds(owner) (mutual TLS that accepts only the
 // owner's certificate; nil: plaintext).
 func NewForwarder(self string, resolve func(region string) (string, bool), creds func(region string) credentials.TransportCredentials) *Forwarder {
-	return &Forwarder{self: self, resolve: resolve, creds: creds, conns: map[string]*grpc.ClientConn{}}
+	return &Forwarder{self: self, resolve: resolve, creds: creds, conns: map[string]*grpc.ClientConn{}, v1Only: map[string]bool{}}
 }
 
 func (f *Forwarder) conn(owner, addr string) (*grpc.ClientConn, error) {
@@ -326,6 +339,23 @@ func (f *Forwarder) conn(owner, addr string) (*grpc.ClientConn, error) {
 // (edge.ErrFailClosed): the caller answers 503 and the client retries with the
 // same key, which the owner's idempotency record makes safe.
 func (f *Forwarder) Forward(ctx context.Context, owner string, req edge.Request) (edge.ForwardResult, error) {
+	var o2 peerpb.ForwardResponse
+	in2 := &peerpb.ForwardRequest{Protocol: forwardProtoV2, From: f.self, Item: req.Item, User: req.User,
+		Target: uint32(req.Target), Kind: uint32(req.Kind), IdemKey: req.IdemKey}
+	if v1, err := f.callV2(ctx, owner, forwardMethodV2, "forward to", in2, &o2); err != nil {
+		return edge.ForwardResult{}, err
+	} else if !v1 {
+		if err := refusal(owner, o2.GetRefusal(), o2.GetMessage()); err != nil {
+			return edge.ForwardResult{}, err
+		}
+		if o2.GetState() > uint32(crdt.Erased) {
+			return edge.ForwardResult{}, fmt.Errorf("%w: %s answered state %d", edge.ErrFailClosed, owner, o2.GetState())
+		}
+		return edge.ForwardResult{
+			Answer: edge.Answer{Item: o2.GetItem(), User: o2.GetUser(), Liked: o2.GetLiked(), Changed: o2.GetChanged()},
+			State:  crdt.State(o2.GetState()), Version: crdt.Version{Epoch: o2.GetEpoch(), Op: o2.GetOp()},
+		}, nil
+	}
 	var out forwardResponse
 	if err := f.call(ctx, owner, forwardMethod, "forward to", &forwardRequest{Proto: forwardProto, From: f.self, Request: req}, &out); err != nil {
 		return edge.ForwardResult{}, err
@@ -369,6 +399,22 @@ func refusal(owner, name, message string) error {
 // Erasure implements ErasureRelay: it starts (start) or reads the user's
 // erasure at owner. Transport failures fail closed (edge.ErrFailClosed).
 func (f *Forwarder) Erasure(ctx context.Context, owner, user string, start bool) (edge.ErasureJob, bool, error) {
+	var o2 peerpb.ErasureResponse
+	in2 := &peerpb.ErasureRequest{Protocol: forwardProtoV2, From: f.self, User: user, Start: start}
+	if v1, err := f.callV2(ctx, owner, erasureMethodV2, "erasure relay to", in2, &o2); err != nil {
+		return edge.ErasureJob{}, false, err
+	} else if !v1 {
+		if err := refusal(owner, o2.GetRefusal(), o2.GetMessage()); err != nil {
+			return edge.ErasureJob{}, false, err
+		}
+		j := o2.GetJob()
+		job := edge.ErasureJob{User: j.GetUser(), State: j.GetState(), Edges: int(j.GetEdges()), Unliked: int(j.GetUnliked()),
+			StartedAt: j.GetStartedAt(), FinishedAt: j.GetFinishedAt(), Remote: j.GetRemote(), Late: int(j.GetLate())}
+		if o2.GetFound() && job.User != user {
+			return edge.ErasureJob{}, false, fmt.Errorf("%w: owner %s answered the erasure of %q", edge.ErrFailClosed, owner, job.User)
+		}
+		return job, o2.GetFound(), nil
+	}
 	var out erasureResponse
 	if err := f.call(ctx, owner, erasureMethod, "erasure relay to", &erasureRequest{Proto: forwardProto, From: f.self, User: user, Start: start}, &out); err != nil {
 		return edge.ErasureJob{}, false, err
@@ -384,6 +430,16 @@ func (f *Forwarder) Erasure(ctx context.Context, owner, user string, start bool)
 
 // Read implements OwnerReader: the register of (user, item) at owner.
 func (f *Forwarder) Read(ctx context.Context, owner, user, item string) (crdt.Register, error) {
+	var o2 peerpb.ReadResponse
+	in2 := &peerpb.ReadRequest{Protocol: forwardProtoV2, From: f.self, User: user, Item: item}
+	if v1, err := f.callV2(ctx, owner, readMethodV2, "read at", in2, &o2); err != nil {
+		return crdt.Register{}, err
+	} else if !v1 {
+		if o2.GetState() > uint32(crdt.Erased) {
+			return crdt.Register{}, fmt.Errorf("%w: %s answered state %d", edge.ErrFailClosed, owner, o2.GetState())
+		}
+		return crdt.Register{Version: crdt.Version{Epoch: o2.GetEpoch(), Op: o2.GetOp()}, State: crdt.State(o2.GetState())}, nil
+	}
 	var out readResponse
 	if err := f.call(ctx, owner, readMethod, "read at", &readRequest{Proto: forwardProto, From: f.self, User: user, Item: item}, &out); err != nil {
 		return crdt.Register{}, err

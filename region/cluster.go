@@ -104,28 +104,29 @@ const grpcStopGrace = 5 * time.Second
 
 // clusterParts are the running multi-region components, closed in reverse.
 type clusterParts struct {
-	regions    []string
-	jobs       edge.JobStore
-	health     *health.Server              // grpc.health.v1 on the gRPC port
-	eraser     atomic.Pointer[edge.Eraser] // set once the region's eraser runs
-	keepalive  *etcdepoch.KeepAlive
-	authority  *etcdepoch.Authority
-	controller *etcdepoch.Controller
-	grpcSrv    *grpc.Server
-	grpcLn     net.Listener
-	grpcDone   chan struct{}
-	member     *replication.Membership
-	peers      overridePeers
-	transport  *replication.GRPCTransport
-	shipper    *replication.Shipper
-	forwarder  *api.Forwarder
-	catchUp    *catchup.Loop
-	replServer *replication.Server
-	liveDir    *etcdepoch.Directory // pins and live regions (the heal's inbound check, the hand-off)
-	pref       []string             // hand-off targets in order
-	svc        *edge.Service        // set by serve, before the gRPC server starts
-	serving    bool
-	once       sync.Once
+	regions     []string
+	jobs        edge.JobStore
+	health      *health.Server              // grpc.health.v1 on the gRPC port
+	eraser      atomic.Pointer[edge.Eraser] // set once the region's eraser runs
+	keepalive   *etcdepoch.KeepAlive
+	authority   *etcdepoch.Authority
+	controller  *etcdepoch.Controller
+	grpcSrv     *grpc.Server
+	grpcLn      net.Listener
+	grpcDone    chan struct{}
+	member      *replication.Membership
+	peers       overridePeers
+	transport   *replication.GRPCTransport
+	shipper     *replication.Shipper
+	forwarder   *api.Forwarder
+	catchUp     *catchup.Loop
+	replServer  *replication.Server
+	maxProtocol int                  // Cluster.MaxProtocol, for the forwarding service
+	liveDir     *etcdepoch.Directory // pins and live regions (the heal's inbound check, the hand-off)
+	pref        []string             // hand-off targets in order
+	svc         *edge.Service        // set by serve, before the gRPC server starts
+	serving     bool
+	once        sync.Once
 }
 
 // Peerless reports whether the cluster names no region but self: no Regions
@@ -262,6 +263,8 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 		return fail(err)
 	}
 	p.forwarder = api.NewForwarder(name, p.resolve, creds)
+	p.forwarder.MaxProtocol = c.MaxProtocol
+	p.maxProtocol = c.MaxProtocol
 	barrier, err := catchup.NewBarrier(catchup.Config{
 		Self: name, Partitions: st.Partitions(), Pins: p.authority, Dir: dir, Cursors: st,
 		Asker: p.transport, Resolve: p.resolve, Clock: clk, Logger: log,
@@ -307,7 +310,8 @@ func (p *clusterParts) serve(svc *edge.Service) {
 	if p.grpcSrv == nil {
 		return // peerless: nothing to serve
 	}
-	api.RegisterForward(p.grpcSrv, svc, api.ForwardPolicy{Regions: p.regions, Jobs: p.jobs, Eraser: p.eraser.Load})
+	api.RegisterForward(p.grpcSrv, svc, api.ForwardPolicy{Regions: p.regions, Jobs: p.jobs, Eraser: p.eraser.Load,
+		MaxProtocol: p.maxProtocol})
 	p.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	p.serving = true
 	go func() {

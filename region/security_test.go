@@ -104,15 +104,21 @@ func TestHostilePeers(t *testing.T) {
 
 	// A real region forwarding what no ingress region sends: an erasure write
 	// of a user whose erasure never started, and a like under another kind.
+	// Both protocol versions of the forwarding service check the same.
 	fw := api.NewForwarder("eu", func(string) (string, bool) { return addr, true }, eu.ClientCredentials)
 	defer fw.Close()
+	fw1 := api.NewForwarder("eu", func(string) (string, bool) { return addr, true }, eu.ClientCredentials)
+	fw1.MaxProtocol = 1
+	defer fw1.Close()
 	for name, req := range map[string]edge.Request{
 		"erasure of a user not being erased": {Item: "target", User: victim, Target: crdt.Erased, Kind: edge.KindErasure},
 		"a correction":                       {Item: "target", User: victim, Target: crdt.Unliked, Kind: edge.KindCorrection, IdemKey: "x"},
 		"a like with a control character":    {Item: "tar\x01get", User: victim, Target: crdt.Liked, Kind: edge.KindFlip, IdemKey: "y"},
 	} {
-		if _, err := fw.Forward(ctx, "us", req); err == nil || !errors.Is(err, edge.ErrFailClosed) || !strings.Contains(err.Error(), "InvalidArgument") {
-			t.Errorf("forwarded %s: %v, want refused as invalid", name, err)
+		for v, f := range map[int]*api.Forwarder{2: fw, 1: fw1} {
+			if _, err := f.Forward(ctx, "us", req); err == nil || !errors.Is(err, edge.ErrFailClosed) || !strings.Contains(err.Error(), "InvalidArgument") {
+				t.Errorf("forwarded %s over protocol %d: %v, want refused as invalid", name, v, err)
+			}
 		}
 	}
 	// An impostor claiming to be ap from outside the CA cannot forward either.

@@ -962,6 +962,596 @@ func (x *HeadsResponse) GetLog() []uint64 {
 	return nil
 }
 
+type ForwardRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Protocol      uint32                 `protobuf:"varint,1,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	From          string                 `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	Item          string                 `protobuf:"bytes,3,opt,name=item,proto3" json:"item,omitempty"`
+	User          string                 `protobuf:"bytes,4,opt,name=user,proto3" json:"user,omitempty"`
+	Target        uint32                 `protobuf:"varint,5,opt,name=target,proto3" json:"target,omitempty"`
+	Kind          uint32                 `protobuf:"varint,6,opt,name=kind,proto3" json:"kind,omitempty"`
+	IdemKey       string                 `protobuf:"bytes,7,opt,name=idem_key,json=idemKey,proto3" json:"idem_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardRequest) Reset() {
+	*x = ForwardRequest{}
+	mi := &file_peer_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardRequest) ProtoMessage() {}
+
+func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
+func (*ForwardRequest) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ForwardRequest) GetProtocol() uint32 {
+	if x != nil {
+		return x.Protocol
+	}
+	return 0
+}
+
+func (x *ForwardRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *ForwardRequest) GetItem() string {
+	if x != nil {
+		return x.Item
+	}
+	return ""
+}
+
+func (x *ForwardRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *ForwardRequest) GetTarget() uint32 {
+	if x != nil {
+		return x.Target
+	}
+	return 0
+}
+
+func (x *ForwardRequest) GetKind() uint32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *ForwardRequest) GetIdemKey() string {
+	if x != nil {
+		return x.IdemKey
+	}
+	return ""
+}
+
+type ForwardResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Protocol uint32                 `protobuf:"varint,1,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	Item     string                 `protobuf:"bytes,2,opt,name=item,proto3" json:"item,omitempty"`
+	User     string                 `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
+	Liked    bool                   `protobuf:"varint,4,opt,name=liked,proto3" json:"liked,omitempty"`
+	Changed  bool                   `protobuf:"varint,5,opt,name=changed,proto3" json:"changed,omitempty"`
+	State    uint32                 `protobuf:"varint,6,opt,name=state,proto3" json:"state,omitempty"`
+	Epoch    uint64                 `protobuf:"varint,7,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Op       uint64                 `protobuf:"varint,8,opt,name=op,proto3" json:"op,omitempty"`
+	// refusal names a sentinel error of the edge package ("" on success).
+	Refusal       string `protobuf:"bytes,9,opt,name=refusal,proto3" json:"refusal,omitempty"`
+	Message       string `protobuf:"bytes,10,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardResponse) Reset() {
+	*x = ForwardResponse{}
+	mi := &file_peer_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardResponse) ProtoMessage() {}
+
+func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
+func (*ForwardResponse) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ForwardResponse) GetProtocol() uint32 {
+	if x != nil {
+		return x.Protocol
+	}
+	return 0
+}
+
+func (x *ForwardResponse) GetItem() string {
+	if x != nil {
+		return x.Item
+	}
+	return ""
+}
+
+func (x *ForwardResponse) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *ForwardResponse) GetLiked() bool {
+	if x != nil {
+		return x.Liked
+	}
+	return false
+}
+
+func (x *ForwardResponse) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+func (x *ForwardResponse) GetState() uint32 {
+	if x != nil {
+		return x.State
+	}
+	return 0
+}
+
+func (x *ForwardResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ForwardResponse) GetOp() uint64 {
+	if x != nil {
+		return x.Op
+	}
+	return 0
+}
+
+func (x *ForwardResponse) GetRefusal() string {
+	if x != nil {
+		return x.Refusal
+	}
+	return ""
+}
+
+func (x *ForwardResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+type ErasureJob struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	State         string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	Edges         int64                  `protobuf:"varint,3,opt,name=edges,proto3" json:"edges,omitempty"`
+	Unliked       int64                  `protobuf:"varint,4,opt,name=unliked,proto3" json:"unliked,omitempty"`
+	StartedAt     int64                  `protobuf:"varint,5,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	FinishedAt    int64                  `protobuf:"varint,6,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	Remote        bool                   `protobuf:"varint,7,opt,name=remote,proto3" json:"remote,omitempty"`
+	Late          int64                  `protobuf:"varint,8,opt,name=late,proto3" json:"late,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ErasureJob) Reset() {
+	*x = ErasureJob{}
+	mi := &file_peer_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ErasureJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ErasureJob) ProtoMessage() {}
+
+func (x *ErasureJob) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ErasureJob.ProtoReflect.Descriptor instead.
+func (*ErasureJob) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ErasureJob) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *ErasureJob) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ErasureJob) GetEdges() int64 {
+	if x != nil {
+		return x.Edges
+	}
+	return 0
+}
+
+func (x *ErasureJob) GetUnliked() int64 {
+	if x != nil {
+		return x.Unliked
+	}
+	return 0
+}
+
+func (x *ErasureJob) GetStartedAt() int64 {
+	if x != nil {
+		return x.StartedAt
+	}
+	return 0
+}
+
+func (x *ErasureJob) GetFinishedAt() int64 {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return 0
+}
+
+func (x *ErasureJob) GetRemote() bool {
+	if x != nil {
+		return x.Remote
+	}
+	return false
+}
+
+func (x *ErasureJob) GetLate() int64 {
+	if x != nil {
+		return x.Late
+	}
+	return 0
+}
+
+type ErasureRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Protocol uint32                 `protobuf:"varint,1,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	From     string                 `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	User     string                 `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
+	// start begins the erasure; false reads its job.
+	Start         bool `protobuf:"varint,4,opt,name=start,proto3" json:"start,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ErasureRequest) Reset() {
+	*x = ErasureRequest{}
+	mi := &file_peer_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ErasureRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ErasureRequest) ProtoMessage() {}
+
+func (x *ErasureRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ErasureRequest.ProtoReflect.Descriptor instead.
+func (*ErasureRequest) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ErasureRequest) GetProtocol() uint32 {
+	if x != nil {
+		return x.Protocol
+	}
+	return 0
+}
+
+func (x *ErasureRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *ErasureRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *ErasureRequest) GetStart() bool {
+	if x != nil {
+		return x.Start
+	}
+	return false
+}
+
+type ErasureResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Protocol      uint32                 `protobuf:"varint,1,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	Job           *ErasureJob            `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	Found         bool                   `protobuf:"varint,3,opt,name=found,proto3" json:"found,omitempty"`
+	Refusal       string                 `protobuf:"bytes,4,opt,name=refusal,proto3" json:"refusal,omitempty"`
+	Message       string                 `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ErasureResponse) Reset() {
+	*x = ErasureResponse{}
+	mi := &file_peer_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ErasureResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ErasureResponse) ProtoMessage() {}
+
+func (x *ErasureResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ErasureResponse.ProtoReflect.Descriptor instead.
+func (*ErasureResponse) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ErasureResponse) GetProtocol() uint32 {
+	if x != nil {
+		return x.Protocol
+	}
+	return 0
+}
+
+func (x *ErasureResponse) GetJob() *ErasureJob {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *ErasureResponse) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *ErasureResponse) GetRefusal() string {
+	if x != nil {
+		return x.Refusal
+	}
+	return ""
+}
+
+func (x *ErasureResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+type ReadRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Protocol      uint32                 `protobuf:"varint,1,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	From          string                 `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	User          string                 `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
+	Item          string                 `protobuf:"bytes,4,opt,name=item,proto3" json:"item,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadRequest) Reset() {
+	*x = ReadRequest{}
+	mi := &file_peer_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadRequest) ProtoMessage() {}
+
+func (x *ReadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
+func (*ReadRequest) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ReadRequest) GetProtocol() uint32 {
+	if x != nil {
+		return x.Protocol
+	}
+	return 0
+}
+
+func (x *ReadRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *ReadRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *ReadRequest) GetItem() string {
+	if x != nil {
+		return x.Item
+	}
+	return ""
+}
+
+type ReadResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Protocol      uint32                 `protobuf:"varint,1,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Op            uint64                 `protobuf:"varint,3,opt,name=op,proto3" json:"op,omitempty"`
+	State         uint32                 `protobuf:"varint,4,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadResponse) Reset() {
+	*x = ReadResponse{}
+	mi := &file_peer_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadResponse) ProtoMessage() {}
+
+func (x *ReadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
+func (*ReadResponse) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ReadResponse) GetProtocol() uint32 {
+	if x != nil {
+		return x.Protocol
+	}
+	return 0
+}
+
+func (x *ReadResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ReadResponse) GetOp() uint64 {
+	if x != nil {
+		return x.Op
+	}
+	return 0
+}
+
+func (x *ReadResponse) GetState() uint32 {
+	if x != nil {
+		return x.State
+	}
+	return 0
+}
+
 var File_peer_proto protoreflect.FileDescriptor
 
 const file_peer_proto_rawDesc = "" +
@@ -1049,11 +1639,68 @@ const file_peer_proto_rawDesc = "" +
 	"\x04pins\x18\x04 \x03(\v2\x15.likes.peer.v2.PinRefR\x04pins\"=\n" +
 	"\rHeadsResponse\x12\x1a\n" +
 	"\bprotocol\x18\x01 \x01(\rR\bprotocol\x12\x10\n" +
-	"\x03log\x18\x02 \x03(\x04R\x03log2\xd9\x01\n" +
+	"\x03log\x18\x02 \x03(\x04R\x03log\"\xaf\x01\n" +
+	"\x0eForwardRequest\x12\x1a\n" +
+	"\bprotocol\x18\x01 \x01(\rR\bprotocol\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12\x12\n" +
+	"\x04item\x18\x03 \x01(\tR\x04item\x12\x12\n" +
+	"\x04user\x18\x04 \x01(\tR\x04user\x12\x16\n" +
+	"\x06target\x18\x05 \x01(\rR\x06target\x12\x12\n" +
+	"\x04kind\x18\x06 \x01(\rR\x04kind\x12\x19\n" +
+	"\bidem_key\x18\a \x01(\tR\aidemKey\"\xf5\x01\n" +
+	"\x0fForwardResponse\x12\x1a\n" +
+	"\bprotocol\x18\x01 \x01(\rR\bprotocol\x12\x12\n" +
+	"\x04item\x18\x02 \x01(\tR\x04item\x12\x12\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\x12\x14\n" +
+	"\x05liked\x18\x04 \x01(\bR\x05liked\x12\x18\n" +
+	"\achanged\x18\x05 \x01(\bR\achanged\x12\x14\n" +
+	"\x05state\x18\x06 \x01(\rR\x05state\x12\x14\n" +
+	"\x05epoch\x18\a \x01(\x04R\x05epoch\x12\x0e\n" +
+	"\x02op\x18\b \x01(\x04R\x02op\x12\x18\n" +
+	"\arefusal\x18\t \x01(\tR\arefusal\x12\x18\n" +
+	"\amessage\x18\n" +
+	" \x01(\tR\amessage\"\xd2\x01\n" +
+	"\n" +
+	"ErasureJob\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x14\n" +
+	"\x05edges\x18\x03 \x01(\x03R\x05edges\x12\x18\n" +
+	"\aunliked\x18\x04 \x01(\x03R\aunliked\x12\x1d\n" +
+	"\n" +
+	"started_at\x18\x05 \x01(\x03R\tstartedAt\x12\x1f\n" +
+	"\vfinished_at\x18\x06 \x01(\x03R\n" +
+	"finishedAt\x12\x16\n" +
+	"\x06remote\x18\a \x01(\bR\x06remote\x12\x12\n" +
+	"\x04late\x18\b \x01(\x03R\x04late\"j\n" +
+	"\x0eErasureRequest\x12\x1a\n" +
+	"\bprotocol\x18\x01 \x01(\rR\bprotocol\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12\x12\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\x12\x14\n" +
+	"\x05start\x18\x04 \x01(\bR\x05start\"\xa4\x01\n" +
+	"\x0fErasureResponse\x12\x1a\n" +
+	"\bprotocol\x18\x01 \x01(\rR\bprotocol\x12+\n" +
+	"\x03job\x18\x02 \x01(\v2\x19.likes.peer.v2.ErasureJobR\x03job\x12\x14\n" +
+	"\x05found\x18\x03 \x01(\bR\x05found\x12\x18\n" +
+	"\arefusal\x18\x04 \x01(\tR\arefusal\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\"e\n" +
+	"\vReadRequest\x12\x1a\n" +
+	"\bprotocol\x18\x01 \x01(\rR\bprotocol\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12\x12\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\x12\x12\n" +
+	"\x04item\x18\x04 \x01(\tR\x04item\"f\n" +
+	"\fReadResponse\x12\x1a\n" +
+	"\bprotocol\x18\x01 \x01(\rR\bprotocol\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x0e\n" +
+	"\x02op\x18\x03 \x01(\x04R\x02op\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\rR\x05state2\xd9\x01\n" +
 	"\vReplication\x12?\n" +
 	"\x04Push\x12\x1a.likes.peer.v2.PushRequest\x1a\x1b.likes.peer.v2.PushResponse\x12E\n" +
 	"\x06Digest\x12\x1c.likes.peer.v2.DigestRequest\x1a\x1d.likes.peer.v2.DigestResponse\x12B\n" +
-	"\x05Heads\x12\x1b.likes.peer.v2.HeadsRequest\x1a\x1c.likes.peer.v2.HeadsResponseB\x17Z\x15likes/internal/peerpbb\x06proto3"
+	"\x05Heads\x12\x1b.likes.peer.v2.HeadsRequest\x1a\x1c.likes.peer.v2.HeadsResponse2\xda\x01\n" +
+	"\aForward\x12D\n" +
+	"\x03Set\x12\x1d.likes.peer.v2.ForwardRequest\x1a\x1e.likes.peer.v2.ForwardResponse\x12H\n" +
+	"\aErasure\x12\x1d.likes.peer.v2.ErasureRequest\x1a\x1e.likes.peer.v2.ErasureResponse\x12?\n" +
+	"\x04Read\x12\x1a.likes.peer.v2.ReadRequest\x1a\x1b.likes.peer.v2.ReadResponseB\x17Z\x15likes/internal/peerpbb\x06proto3"
 
 var (
 	file_peer_proto_rawDescOnce sync.Once
@@ -1067,21 +1714,28 @@ func file_peer_proto_rawDescGZIP() []byte {
 	return file_peer_proto_rawDescData
 }
 
-var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_peer_proto_goTypes = []any{
-	(*IdemRef)(nil),        // 0: likes.peer.v2.IdemRef
-	(*Event)(nil),          // 1: likes.peer.v2.Event
-	(*Part)(nil),           // 2: likes.peer.v2.Part
-	(*CellState)(nil),      // 3: likes.peer.v2.CellState
-	(*Batch)(nil),          // 4: likes.peer.v2.Batch
-	(*Cursor)(nil),         // 5: likes.peer.v2.Cursor
-	(*PushRequest)(nil),    // 6: likes.peer.v2.PushRequest
-	(*PushResponse)(nil),   // 7: likes.peer.v2.PushResponse
-	(*DigestRequest)(nil),  // 8: likes.peer.v2.DigestRequest
-	(*DigestResponse)(nil), // 9: likes.peer.v2.DigestResponse
-	(*PinRef)(nil),         // 10: likes.peer.v2.PinRef
-	(*HeadsRequest)(nil),   // 11: likes.peer.v2.HeadsRequest
-	(*HeadsResponse)(nil),  // 12: likes.peer.v2.HeadsResponse
+	(*IdemRef)(nil),         // 0: likes.peer.v2.IdemRef
+	(*Event)(nil),           // 1: likes.peer.v2.Event
+	(*Part)(nil),            // 2: likes.peer.v2.Part
+	(*CellState)(nil),       // 3: likes.peer.v2.CellState
+	(*Batch)(nil),           // 4: likes.peer.v2.Batch
+	(*Cursor)(nil),          // 5: likes.peer.v2.Cursor
+	(*PushRequest)(nil),     // 6: likes.peer.v2.PushRequest
+	(*PushResponse)(nil),    // 7: likes.peer.v2.PushResponse
+	(*DigestRequest)(nil),   // 8: likes.peer.v2.DigestRequest
+	(*DigestResponse)(nil),  // 9: likes.peer.v2.DigestResponse
+	(*PinRef)(nil),          // 10: likes.peer.v2.PinRef
+	(*HeadsRequest)(nil),    // 11: likes.peer.v2.HeadsRequest
+	(*HeadsResponse)(nil),   // 12: likes.peer.v2.HeadsResponse
+	(*ForwardRequest)(nil),  // 13: likes.peer.v2.ForwardRequest
+	(*ForwardResponse)(nil), // 14: likes.peer.v2.ForwardResponse
+	(*ErasureJob)(nil),      // 15: likes.peer.v2.ErasureJob
+	(*ErasureRequest)(nil),  // 16: likes.peer.v2.ErasureRequest
+	(*ErasureResponse)(nil), // 17: likes.peer.v2.ErasureResponse
+	(*ReadRequest)(nil),     // 18: likes.peer.v2.ReadRequest
+	(*ReadResponse)(nil),    // 19: likes.peer.v2.ReadResponse
 }
 var file_peer_proto_depIdxs = []int32{
 	0,  // 0: likes.peer.v2.Event.idem:type_name -> likes.peer.v2.IdemRef
@@ -1092,17 +1746,24 @@ var file_peer_proto_depIdxs = []int32{
 	5,  // 5: likes.peer.v2.PushResponse.cursor:type_name -> likes.peer.v2.Cursor
 	5,  // 6: likes.peer.v2.DigestResponse.cursor:type_name -> likes.peer.v2.Cursor
 	10, // 7: likes.peer.v2.HeadsRequest.pins:type_name -> likes.peer.v2.PinRef
-	6,  // 8: likes.peer.v2.Replication.Push:input_type -> likes.peer.v2.PushRequest
-	8,  // 9: likes.peer.v2.Replication.Digest:input_type -> likes.peer.v2.DigestRequest
-	11, // 10: likes.peer.v2.Replication.Heads:input_type -> likes.peer.v2.HeadsRequest
-	7,  // 11: likes.peer.v2.Replication.Push:output_type -> likes.peer.v2.PushResponse
-	9,  // 12: likes.peer.v2.Replication.Digest:output_type -> likes.peer.v2.DigestResponse
-	12, // 13: likes.peer.v2.Replication.Heads:output_type -> likes.peer.v2.HeadsResponse
-	11, // [11:14] is the sub-list for method output_type
-	8,  // [8:11] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	15, // 8: likes.peer.v2.ErasureResponse.job:type_name -> likes.peer.v2.ErasureJob
+	6,  // 9: likes.peer.v2.Replication.Push:input_type -> likes.peer.v2.PushRequest
+	8,  // 10: likes.peer.v2.Replication.Digest:input_type -> likes.peer.v2.DigestRequest
+	11, // 11: likes.peer.v2.Replication.Heads:input_type -> likes.peer.v2.HeadsRequest
+	13, // 12: likes.peer.v2.Forward.Set:input_type -> likes.peer.v2.ForwardRequest
+	16, // 13: likes.peer.v2.Forward.Erasure:input_type -> likes.peer.v2.ErasureRequest
+	18, // 14: likes.peer.v2.Forward.Read:input_type -> likes.peer.v2.ReadRequest
+	7,  // 15: likes.peer.v2.Replication.Push:output_type -> likes.peer.v2.PushResponse
+	9,  // 16: likes.peer.v2.Replication.Digest:output_type -> likes.peer.v2.DigestResponse
+	12, // 17: likes.peer.v2.Replication.Heads:output_type -> likes.peer.v2.HeadsResponse
+	14, // 18: likes.peer.v2.Forward.Set:output_type -> likes.peer.v2.ForwardResponse
+	17, // 19: likes.peer.v2.Forward.Erasure:output_type -> likes.peer.v2.ErasureResponse
+	19, // 20: likes.peer.v2.Forward.Read:output_type -> likes.peer.v2.ReadResponse
+	15, // [15:21] is the sub-list for method output_type
+	9,  // [9:15] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_peer_proto_init() }
@@ -1116,9 +1777,9 @@ func file_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peer_proto_rawDesc), len(file_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   20,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_peer_proto_goTypes,
 		DependencyIndexes: file_peer_proto_depIdxs,

@@ -62,6 +62,8 @@ type Config struct {
 	// SessionKey signs and verifies Likes-Session tokens (the same in every
 	// region of a cluster). Nil: no tokens are handed out and none is read.
 	SessionKey []byte
+	// CDN sets the lifetimes of cacheable (anonymous) count reads.
+	CDN CDNConfig
 	// Owner reads a user's edge at the owner of the user's range (a button
 	// read whose token is newer than the local replica). Nil: such reads are
 	// answered from the token.
@@ -95,6 +97,8 @@ type Admin interface {
 // Server is the region's HTTP handler.
 type Server struct {
 	cfg     Config
+	cdn     CDNConfig
+	hot     hotItems
 	m       *Metrics
 	mux     *http.ServeMux
 	slots   chan struct{}
@@ -124,7 +128,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
-	s := &Server{cfg: cfg, m: NewMetrics(cfg.Registry), mux: http.NewServeMux(), slots: make(chan struct{}, cfg.MaxInFlightWrites)}
+	s := &Server{cfg: cfg, cdn: cfg.CDN.withDefaults(), m: NewMetrics(cfg.Registry), mux: http.NewServeMux(), slots: make(chan struct{}, cfg.MaxInFlightWrites)}
 	s.route("POST /v1/items/{itemId}/likes", "like", s.like)
 	s.route("DELETE /v1/items/{itemId}/likes/{userId}", "unlike", s.unlike)
 	s.route("GET /v1/items/{itemId}/count", "count", s.count)
@@ -333,6 +337,9 @@ func (s *Server) setLike(w http.ResponseWriter, r *http.Request, op string, item
 		return s.writeErr(op, err)
 	}
 	ans := res.Answer
+	if ans.Changed {
+		s.hot.wrote(item, s.cfg.Clock.Now())
+	}
 	s.handOutSession(w, r, user, sessiontok.Write{Item: item, State: res.State, Version: res.Version})
 	outcome := "unchanged"
 	if ans.Changed {
@@ -398,7 +405,11 @@ func (s *Server) count(w http.ResponseWriter, r *http.Request) *apiError {
 	if err != nil {
 		return retryable(http.StatusServiceUnavailable, "unavailable", "count unavailable: "+err.Error(), time.Second)
 	}
-	writeJSON(w, http.StatusOK, countBody(item, res))
+	body := countBody(item, res)
+	if s.publicCache(w, r, countETag(body), item) {
+		return nil
+	}
+	writeJSONCached(w, http.StatusOK, body)
 	return nil
 }
 
@@ -419,7 +430,8 @@ func (s *Server) button(w http.ResponseWriter, r *http.Request) *apiError {
 	if source != "" && source != sourceLocal {
 		body["source"] = source
 	}
-	writeJSON(w, http.StatusOK, body)
+	privateNoStore(w)
+	writeJSONCached(w, http.StatusOK, body)
 	return nil
 }
 
@@ -495,7 +507,12 @@ func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) *apiError {
 		}
 		out = append(out, cj)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"items": out})
+	if authed {
+		privateNoStore(w)
+	} else if s.publicCache(w, r, countETag(out...), req.ItemIDs...) {
+		return nil
+	}
+	writeJSONCached(w, http.StatusOK, map[string]any{"items": out})
 	return nil
 }
 

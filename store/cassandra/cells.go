@@ -109,12 +109,15 @@ func (s *Store) Commit(ctx context.Context, w pipeline.Window) error {
 	if s.isClosed() {
 		return ErrClosed
 	}
-	// 1. Fences.
+	// 1. Fences, read at LOCAL_QUORUM: that sees every cell batch that
+	// completed, so a window already stale when Commit starts still fails
+	// having written nothing; one racing a batch in flight is caught by the
+	// batch's own condition (step 2).
 	exists := make([]bool, len(w.Cells))
 	if err := parallel(len(w.Cells), func(i int) error {
 		u := w.Cells[i]
 		var hwm int64
-		err := s.serial(ctx, s.q.cellSelect, u.Key.Item, u.Key.Region, int(u.Key.Shard)).Scan(&hwm)
+		err := s.read(ctx, s.q.cellSelect, u.Key.Item, u.Key.Region, int(u.Key.Shard)).Scan(&hwm)
 		if errors.Is(err, gocql.ErrNotFound) {
 			hwm, err = 0, nil
 		} else if err == nil {

@@ -360,6 +360,63 @@ type edgeRow struct {
 	relayedTime int64
 }
 
+// relayRec is an edge_relays row: the last of an edge's events known to be in
+// the outbox.
+type relayRec struct {
+	eseq, nonce, pos uint64
+	time             int64
+}
+
+func (s *Store) readRelay(ctx context.Context, item, user string) (relayRec, error) {
+	var eseq, nonce, pos, t int64
+	err := s.read(ctx, s.q.relaySelect, item, int(edge.BucketOf(user)), user).Scan(&eseq, &nonce, &pos, &t)
+	if errors.Is(err, gocql.ErrNotFound) {
+		return relayRec{}, nil
+	}
+	return relayRec{eseq: uint64(eseq), nonce: uint64(nonce), pos: uint64(pos), time: t}, err
+}
+
+// writeRelay records that event eseq of an edge is at pos in the outbox: a
+// plain write USING TIMESTAMP eseq, so the highest event's record wins in any
+// order of arrival (see the edge_relays schema step).
+func (s *Store) writeRelay(ctx context.Context, sl slot) error {
+	err := s.write(ctx, s.q.relayPut, sl.Event.Item, int(edge.BucketOf(sl.Event.User)), sl.Event.User,
+		int64(sl.ESeq), int64(sl.Nonce), int64(sl.Pos), sl.Event.EventTime, int64(sl.ESeq)).Exec()
+	if err != nil {
+		return fmt.Errorf("cassandra: relay record of (%q, %q): %w", sl.Event.Item, sl.Event.User, err)
+	}
+	return nil
+}
+
+// readEdgeRelayed reads an edge row and its relay record (LOCAL_QUORUM, or the
+// edge at the serial consistency) and folds the record in: a pending event
+// whose relay is recorded is no longer pending.
+func (s *Store) readEdgeRelayed(ctx context.Context, item, user string, serial bool) (edgeRow, error) {
+	var r edgeRow
+	var rel relayRec
+	err := parallel(2, func(i int) error {
+		var err error
+		if i == 0 {
+			r, err = s.readEdge(ctx, item, user, serial)
+		} else {
+			rel, err = s.readRelay(ctx, item, user)
+		}
+		return err
+	})
+	if err != nil {
+		return r, err
+	}
+	if rel.eseq > r.relayedESeq {
+		r.lastNonce, r.relayedESeq, r.relayedPos, r.relayedTime = rel.nonce, rel.eseq, rel.pos, rel.time
+	}
+	if r.pending != nil && r.relayedESeq >= r.eseq {
+		r.pending = nil
+	}
+	return r, nil
+}
+
+// readEdge reads an edge row alone; its pending column may hold an event that
+// is relayed already (readEdgeRelayed tells).
 func (s *Store) readEdge(ctx context.Context, item, user string, serial bool) (edgeRow, error) {
 	q := s.read
 	if serial {

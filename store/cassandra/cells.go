@@ -192,8 +192,7 @@ func (s *Store) Commit(ctx context.Context, w pipeline.Window) error {
 	// 3. Dedupe rows without a cell, then the position.
 	if err := parallel(len(dedupeOnly), func(i int) error {
 		item := dedupeOnly[i]
-		b := s.s.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
-		b.SetConsistency(s.opts.Consistency)
+		b := s.newBatch(ctx, gocql.UnloggedBatch, false)
 		addDedupe(b, item, items[item].dedupe)
 		if err := s.s.ExecuteBatch(b); err != nil {
 			return fmt.Errorf("cassandra: dedupe state of %q: %w", item, err)
@@ -216,8 +215,7 @@ func (s *Store) commitItem(ctx context.Context, idx []int, w pipeline.Window, ex
 				return err
 			}
 		}
-		b := s.s.NewBatch(gocql.LoggedBatch).WithContext(ctx)
-		b.SetConsistency(s.opts.Consistency)
+		b := s.newBatch(ctx, gocql.LoggedBatch, true)
 		b.SerialConsistency(s.opts.Serial)
 		for _, i := range idx {
 			u := w.Cells[i]

@@ -407,8 +407,7 @@ func (s *Store) writeRows(ctx context.Context, part uint32, slots []slot) error 
 		byChunk[chunkOf(sl.Pos)] = append(byChunk[chunkOf(sl.Pos)], sl)
 	}
 	for chunk, ss := range byChunk {
-		b := s.s.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
-		b.SetConsistency(s.opts.Consistency)
+		b := s.newBatch(ctx, gocql.UnloggedBatch, false)
 		for _, sl := range ss {
 			b.Query(s.q.outboxInsert, int(part), chunk, int64(sl.Pos), encodeEvent(sl.Event))
 		}

@@ -98,6 +98,8 @@ type Store struct {
 
 	health breaker
 
+	paxosOps, plainOps atomic.Uint64 // requests issued (Ops)
+
 	ctx     context.Context // canceled by Close: background work stops
 	cancel  context.CancelFunc
 	closing chan struct{}
@@ -238,8 +240,30 @@ func (s *Store) isClosed() bool {
 
 // --- query helpers -----------------------------------------------------------
 
+// Ops counts the requests this store has sent to Cassandra: Paxos, the
+// lightweight transactions (conditional statements and batches) and the reads
+// at the serial consistency; Plain, every other read, write and batch. Its
+// ratios to the likes written are the write path's cost (BENCHMARKS.md).
+type Ops struct{ Paxos, Plain uint64 }
+
+// Ops returns the requests sent so far.
+func (s *Store) Ops() Ops { return Ops{Paxos: s.paxosOps.Load(), Plain: s.plainOps.Load()} }
+
+// newBatch is a batch at Options.Consistency; cas marks a conditional one.
+func (s *Store) newBatch(ctx context.Context, kind gocql.BatchType, cas bool) *gocql.Batch {
+	if cas {
+		s.paxosOps.Add(1)
+	} else {
+		s.plainOps.Add(1)
+	}
+	b := s.s.NewBatch(kind).WithContext(ctx)
+	b.SetConsistency(s.opts.Consistency)
+	return b
+}
+
 // read is an ordinary read or write at Options.Consistency.
 func (s *Store) read(ctx context.Context, stmt string, args ...any) *gocql.Query {
+	s.plainOps.Add(1)
 	return s.s.Query(stmt, args...).WithContext(ctx).Consistency(s.opts.Consistency)
 }
 
@@ -251,11 +275,13 @@ func (s *Store) write(ctx context.Context, stmt string, args ...any) *gocql.Quer
 // serial is a read at the serial consistency: it sees every lightweight
 // transaction that completed, and completes any that is half done.
 func (s *Store) serial(ctx context.Context, stmt string, args ...any) *gocql.Query {
+	s.paxosOps.Add(1)
 	return s.s.Query(stmt, args...).WithContext(ctx).Consistency(gocql.Consistency(s.opts.Serial))
 }
 
 // cas is a lightweight transaction.
 func (s *Store) cas(ctx context.Context, stmt string, args ...any) *gocql.Query {
+	s.paxosOps.Add(1)
 	return s.s.Query(stmt, args...).WithContext(ctx).Consistency(s.opts.Consistency).SerialConsistency(s.opts.Serial)
 }
 

@@ -449,8 +449,8 @@ commitlog_sync_period: 10000ms
 endpoint_snitch: SimpleSnitch
 # Paxos variant (LIKES_CASSANDRA_PAXOS, default v1): v2 promises two round
 # trips per lightweight transaction instead of four, but on this one-node,
-# 2-core test server it measured several times the CPU per like of v1
-# (BENCHMARKS.md, engines), so v1 stays the default here.
+# 2-core test server it did not measure better than v1 (BENCHMARKS.md,
+# issue 13), so v1 stays the default here.
 paxos_variant: $CASSANDRA_PAXOS
 listen_address: 127.0.0.1
 rpc_address: 127.0.0.1

@@ -181,14 +181,15 @@ type edgeSlotKey struct {
 
 // appendBatch appends the events of reqs to the partition, each exactly once.
 //
-// The dedupe argument (doc.go, "Outbox order"): read the sequence row (SERIAL),
-// then every edge event's row (SERIAL), then append with a transaction
-// conditioned on the head read first. An event is appended by a transaction
-// that moved the head; if that happened before our sequence read, the event is
-// either in the row's inflight slots (found) or those slots were replaced,
-// which happens only after they were written and their edges' pending columns
-// cleared (so our later edge read finds it relayed); if it happened after our
-// sequence read, our transaction's condition fails and we start over.
+// The dedupe argument (doc.go, "Outbox order"): take the sequence row (a
+// SERIAL read, or the state our own last append left), then read every edge
+// event's row and relay record (LOCAL_QUORUM), then append with a transaction
+// conditioned on the head taken first. An event is appended by a transaction
+// that moved the head; if that happened before our sequence state, the event
+// is either in the row's inflight slots (found) or those slots were replaced,
+// which happens only after they were written and their relay records written
+// (so our later read finds it relayed); if it happened after, our
+// transaction's condition fails and we start over.
 func (a *appender) appendBatch(reqs []*appendReq) {
 	s := a.s
 	ctx := s.ctx // queued appends finish even if their callers gave up (Close cancels)
@@ -316,7 +317,7 @@ func (a *appender) tryAppend(ctx context.Context, open []*appendReq, settle func
 		}
 		return nil, nil
 	}
-	// 3. The last append's slots must be written and cleared before they are
+	// 3. The last append's slots must be written and recorded before they are
 	// replaced (unless this appender did so itself).
 	if len(seq.inflight) > 0 && a.completed != seq.head {
 		if err := a.finish(ctx, seq.inflight); err != nil {

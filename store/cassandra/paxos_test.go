@@ -2,7 +2,6 @@ package cassandra
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -48,10 +47,7 @@ func TestPendingFromOlderRelease(t *testing.T) {
 	clk := clock.NewFake(time.UnixMilli(t0))
 	s := openTest(t, ks, 2, clk)
 	ctx := context.Background()
-	crashOnce(s, "edge-written")
-	if _, err := s.Apply(ctx, edgetest.Like("a", "u1", "k1", 1, t0)); !errors.Is(err, errCrash) {
-		t.Fatalf("crashed Apply: %v", err)
-	}
+	crashAfterEdge(t, s, edgetest.Like("a", "u1", "k1", 1, t0))
 	row, err := s.readEdge(ctx, "a", "u1", true)
 	if err != nil || row.pending == nil {
 		t.Fatalf("edge after crash: %+v, %v; want a pending event", row, err)

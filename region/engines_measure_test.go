@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"likes/loadgen"
+	"likes/store/cassandra"
 )
 
 type measEngines struct {
@@ -49,6 +50,8 @@ type measEngines struct {
 	perEngineUs           string  // the same, per process
 	cellWrites, vChanged  uint64
 	cellsPerLike          float64
+	paxosPerLike          float64 // Cassandra requests per uniform like: Paxos (LWTs, SERIAL reads)
+	plainPerLike          float64 // and every other one
 	load0, load1          string
 }
 
@@ -95,8 +98,8 @@ func TestMeasureEngines(t *testing.T) {
 	avg := func(a, b float64) float64 { return (a + b) / 2 }
 	t.Logf("RESULTS (workers %d, phases %v each)", workers, dur)
 	for _, r := range results {
-		t.Logf("  %-8s uniform %.0f writes/s p50 %.0f ms p99 %.0f ms staleness p99 %.0f ms errors %d | viral %.0f writes/s p99 %.0f ms staleness p99 %.0f ms errors %d | cell writes %d / viral changed likes %d = %.4f per like event | process CPU/write %.0f µs, engines' CPU/write %.0f µs (%s) | load %s → %s",
-			r.name, r.rate, r.p50, r.p99, r.stale, r.errs, r.vRate, r.vP99, r.vStale, r.vErrs, r.cellWrites, r.vChanged, r.cellsPerLike, r.cpuUs, r.engineCPUUs, r.perEngineUs, r.load0, r.load1)
+		t.Logf("  %-8s uniform %.0f writes/s p50 %.0f ms p99 %.0f ms staleness p99 %.0f ms errors %d | viral %.0f writes/s p99 %.0f ms staleness p99 %.0f ms errors %d | cell writes %d / viral changed likes %d = %.4f per like event | process CPU/write %.0f µs, engines' CPU/write %.0f µs (%s) | Cassandra requests per like: %.2f Paxos, %.2f plain | load %s → %s",
+			r.name, r.rate, r.p50, r.p99, r.stale, r.errs, r.vRate, r.vP99, r.vStale, r.vErrs, r.cellWrites, r.vChanged, r.cellsPerLike, r.cpuUs, r.engineCPUUs, r.perEngineUs, r.paxosPerLike, r.plainPerLike, r.load0, r.load1)
 	}
 	t.Logf("  engines ÷ embedded (mean of the two embedded runs): write throughput %.2f, write p99 %.2f, staleness p99 %.2f, viral throughput %.2f, viral p99 %.2f, viral staleness p99 %.2f, cell writes per viral like %.4f vs %.4f",
 		eng.rate/avg(emb.rate, emb2.rate), eng.p99/avg(emb.p99, emb2.p99), eng.stale/avg(emb.stale, emb2.stale),
@@ -160,11 +163,22 @@ func measureOne(t *testing.T, cfg Config, name, runID string, dur time.Duration,
 			time.Sleep(50 * time.Millisecond) // poll interval of a bounded wait
 		}
 	}
+	var ops0, ops1 cassandra.Ops
+	if r.Cassandra != nil {
+		ops0 = r.Cassandra.Ops()
+	}
 	eng0 := engineCPU(t)
 	cpu0 := cpuOf(os.Getpid())
 	u := run(loadgen.PhaseUniform)
 	cpu1 := cpuOf(os.Getpid())
 	eng1 := engineCPU(t)
+	if r.Cassandra != nil {
+		ops1 = r.Cassandra.Ops()
+	}
+	if u.OK > 0 {
+		out.paxosPerLike = float64(ops1.Paxos-ops0.Paxos) / float64(u.OK)
+		out.plainPerLike = float64(ops1.Plain-ops0.Plain) / float64(u.OK)
+	}
 	out.rate, out.p50, out.p99, out.errs = u.Throughput, u.Latency.P50Ms, u.Latency.P99Ms, u.ErrorCount()
 	if u.Staleness != nil {
 		out.stale = u.Staleness.P99Ms

@@ -31,6 +31,7 @@
 #   LIKES_KAFKA_PORT=29092 LIKES_KAFKA_CONTROLLER_PORT=29093
 #   LIKES_CASSANDRA_PORT=29042 LIKES_CASSANDRA_STORAGE_PORT=27000
 #   LIKES_CASSANDRA_JMX_PORT=27199
+# Cassandra's Paxos variant: LIKES_CASSANDRA_PAXOS=v1 (or v2)
 # Versions: LIKES_KAFKA_VERSION=4.4.0 LIKES_CASSANDRA_VERSION=5.0.9
 # Readiness timeouts in seconds: LIKES_SERVERS_TIMEOUT_{ETCD,REDIS,KAFKA,CASSANDRA}
 # Extra mvn arguments (e.g. -Dmaven.repo.local=DIR): LIKES_SERVERS_MVN_ARGS
@@ -48,6 +49,12 @@ KAFKA_CONTROLLER_PORT=${LIKES_KAFKA_CONTROLLER_PORT:-29093}
 CASSANDRA_PORT=${LIKES_CASSANDRA_PORT:-29042}
 CASSANDRA_STORAGE_PORT=${LIKES_CASSANDRA_STORAGE_PORT:-27000}
 CASSANDRA_JMX_PORT=${LIKES_CASSANDRA_JMX_PORT:-27199}
+CASSANDRA_PAXOS=${LIKES_CASSANDRA_PAXOS:-v1}
+case $CASSANDRA_PAXOS in v1 | v2) ;; *)
+	echo "servers.sh: LIKES_CASSANDRA_PAXOS must be v1 or v2, not $CASSANDRA_PAXOS" >&2
+	exit 1
+	;;
+esac
 
 KAFKA_VERSION=${LIKES_KAFKA_VERSION:-4.4.0}
 CASSANDRA_VERSION=${LIKES_CASSANDRA_VERSION:-5.0.9}
@@ -440,6 +447,11 @@ partitioner: org.apache.cassandra.dht.Murmur3Partitioner
 commitlog_sync: periodic
 commitlog_sync_period: 10000ms
 endpoint_snitch: SimpleSnitch
+# Paxos variant (LIKES_CASSANDRA_PAXOS, default v1): v2 promises two round
+# trips per lightweight transaction instead of four, but on this one-node,
+# 2-core test server it did not measure better than v1 (BENCHMARKS.md,
+# issue 13), so v1 stays the default here.
+paxos_variant: $CASSANDRA_PAXOS
 listen_address: 127.0.0.1
 rpc_address: 127.0.0.1
 start_native_transport: true

@@ -52,6 +52,12 @@ func (s *Store) apply(ctx context.Context, req edge.Request) (edge.Decision, []c
 	bucket := int(edge.BucketOf(req.User))
 	part := edge.PartitionOf(req.Item, uint32(bucket), s.opts.Partitions)
 	var lastErr error
+	// The first read is LOCAL_QUORUM: it sees every edge transaction that
+	// completed, and one still in flight makes our own transaction's
+	// condition fail (Paxos finishes it first). Only after a lost condition or
+	// an unknown outcome is the edge read at the serial consistency, which
+	// completes whatever is in flight, so the retry decides on the winner.
+	serial := false
 	for attempt := 0; attempt < s.opts.MaxAttempts; attempt++ {
 		if attempt > 0 && lastErr != nil {
 			if err := backoff(ctx, attempt); err != nil {
@@ -59,7 +65,7 @@ func (s *Store) apply(ctx context.Context, req edge.Request) (edge.Decision, []c
 			}
 		}
 		lastErr = nil
-		row, err := s.readEdge(ctx, req.Item, req.User, true)
+		row, err := s.readEdgeRelayed(ctx, req.Item, req.User, serial)
 		if err != nil {
 			if retryable(err) {
 				lastErr = err
@@ -143,8 +149,8 @@ func (s *Store) apply(ctx context.Context, req edge.Request) (edge.Decision, []c
 			}
 			// Outcome unknown: the SERIAL read settles it, and the nonce says
 			// whether the transaction that won was ours.
-			lastErr = err
-			r2, err2 := s.readEdge(ctx, req.Item, req.User, true)
+			lastErr, serial = err, true
+			r2, err2 := s.readEdgeRelayed(ctx, req.Item, req.User, true)
 			if err2 != nil {
 				continue
 			}
@@ -157,7 +163,7 @@ func (s *Store) apply(ctx context.Context, req edge.Request) (edge.Decision, []c
 			// Another writer changed the edge since the read: decide again
 			// (after a pause, so racing processes spread out).
 			_ = s.write(ctx, s.q.intentDelete, intent...).Exec()
-			lastErr = errLostRace
+			lastErr, serial = errLostRace, true
 			continue
 		}
 		if err := s.crashPoint("edge-written"); err != nil {

@@ -109,12 +109,15 @@ func (s *Store) Commit(ctx context.Context, w pipeline.Window) error {
 	if s.isClosed() {
 		return ErrClosed
 	}
-	// 1. Fences.
+	// 1. Fences, read at LOCAL_QUORUM: that sees every cell batch that
+	// completed, so a window already stale when Commit starts still fails
+	// having written nothing; one racing a batch in flight is caught by the
+	// batch's own condition (step 2).
 	exists := make([]bool, len(w.Cells))
 	if err := parallel(len(w.Cells), func(i int) error {
 		u := w.Cells[i]
 		var hwm int64
-		err := s.serial(ctx, s.q.cellSelect, u.Key.Item, u.Key.Region, int(u.Key.Shard)).Scan(&hwm)
+		err := s.read(ctx, s.q.cellSelect, u.Key.Item, u.Key.Region, int(u.Key.Shard)).Scan(&hwm)
 		if errors.Is(err, gocql.ErrNotFound) {
 			hwm, err = 0, nil
 		} else if err == nil {
@@ -189,8 +192,7 @@ func (s *Store) Commit(ctx context.Context, w pipeline.Window) error {
 	// 3. Dedupe rows without a cell, then the position.
 	if err := parallel(len(dedupeOnly), func(i int) error {
 		item := dedupeOnly[i]
-		b := s.s.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
-		b.SetConsistency(s.opts.Consistency)
+		b := s.newBatch(ctx, gocql.UnloggedBatch, false)
 		addDedupe(b, item, items[item].dedupe)
 		if err := s.s.ExecuteBatch(b); err != nil {
 			return fmt.Errorf("cassandra: dedupe state of %q: %w", item, err)
@@ -213,8 +215,7 @@ func (s *Store) commitItem(ctx context.Context, idx []int, w pipeline.Window, ex
 				return err
 			}
 		}
-		b := s.s.NewBatch(gocql.LoggedBatch).WithContext(ctx)
-		b.SetConsistency(s.opts.Consistency)
+		b := s.newBatch(ctx, gocql.LoggedBatch, true)
 		b.SerialConsistency(s.opts.Serial)
 		for _, i := range idx {
 			u := w.Cells[i]

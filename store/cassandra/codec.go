@@ -18,10 +18,17 @@ var errCorrupt = errors.New("cassandra: corrupt value")
 // release can change them without a migration of old rows):
 //
 //	event    := 1 kind state bucket(uvarint) delta(varint) item user version time(varint) idem?
-//	pending  := 1 nonce(8) ttl(uvarint) intent-minute(uvarint) event
+//	pending  := 2 nonce(8) ttl(uvarint) intent-minute(uvarint) event   (1: the same, from releases
+//	            that cleared the column with a lightweight transaction; still read)
 //	inflight := 1 count(uvarint) { pos(uvarint) eseq(uvarint) nonce(8) event }*
 //	branches := 1 count(uvarint) { epoch version state }*
 const blobV1 = 1
+
+// pendingV2 marks a pending event whose relay is recorded in edge_relays and
+// whose column is never cleared (schema 4). A release that knows only format
+// 1 fails to decode it and so refuses to touch the edge, instead of taking an
+// event this release relayed for one still pending and appending it twice.
+const pendingV2 = 2
 
 func newDec(v []byte) wire.Decoder { return wire.NewDecoder(v, errCorrupt) }
 
@@ -78,7 +85,7 @@ type pending struct {
 }
 
 func encodePending(p pending) []byte {
-	b := []byte{blobV1}
+	b := []byte{pendingV2}
 	b = binary.BigEndian.AppendUint64(b, p.Nonce)
 	b = binary.AppendUvarint(b, uint64(p.TTLSec))
 	b = binary.AppendUvarint(b, uint64(p.Minute))
@@ -87,7 +94,7 @@ func encodePending(p pending) []byte {
 
 func decodePending(v []byte) (pending, error) {
 	d := newDec(v)
-	if d.Byte() != blobV1 {
+	if f := d.Byte(); f != blobV1 && f != pendingV2 {
 		d.Fail()
 	}
 	p := pending{Nonce: d.Uint64(), TTLSec: int64(d.Uvarint()), Minute: int64(d.Uvarint())}

@@ -46,6 +46,15 @@ func crashOnce(s *Store, stage string) *atomic.Bool {
 	return &fired
 }
 
+// crashAfterEdge applies req with a crash right after its edge transaction.
+func crashAfterEdge(t *testing.T, s *Store, req edge.Request) {
+	t.Helper()
+	crashOnce(s, "edge-written")
+	if _, err := s.Apply(context.Background(), req); !errors.Is(err, errCrash) {
+		t.Fatalf("crashed Apply: %v", err)
+	}
+}
+
 // logOf reads every partition's whole log.
 func logOf(t *testing.T, s *Store) []edge.Event {
 	t.Helper()
@@ -90,10 +99,7 @@ func TestCrashRecovery(t *testing.T) {
 
 	// 1. Crash after the edge transaction: the flip is durable, its event is
 	// pending, nothing is in the log; the client's retry relays and replays.
-	crashOnce(s, "edge-written")
-	if _, err := s.Apply(ctx, edgetest.Like("a", "u1", "k1", 1, t0)); !errors.Is(err, errCrash) {
-		t.Fatalf("crashed Apply: %v", err)
-	}
+	crashAfterEdge(t, s, edgetest.Like("a", "u1", "k1", 1, t0))
 	if e, ok, _ := s.Edge(ctx, "a", "u1"); !ok || e.State != crdt.Liked {
 		t.Fatalf("edge after crash = %+v %v, want liked", e, ok)
 	}
@@ -110,10 +116,7 @@ func TestCrashRecovery(t *testing.T) {
 
 	// 2. Crash after the edge transaction, then another request on the same
 	// edge: it relays the pending event first, then decides on top of it.
-	crashOnce(s, "edge-written")
-	if _, err := s.Apply(ctx, edgetest.Unlike("a", "u1", "k2", 1, t0+2)); !errors.Is(err, errCrash) {
-		t.Fatalf("crashed Apply: %v", err)
-	}
+	crashAfterEdge(t, s, edgetest.Unlike("a", "u1", "k2", 1, t0+2))
 	mustApply(t, s, edgetest.Unlike("a", "u1", "k3", 1, t0+3), edge.ActNoop)
 	mustApply(t, s, edgetest.Unlike("a", "u1", "k2", 1, t0+4), edge.ActReplay)
 	evs := eventsOf(logOf(t, s), "a", "u1")
@@ -123,10 +126,7 @@ func TestCrashRecovery(t *testing.T) {
 
 	// 3. Crash after the edge transaction, nobody touches the edge again: the
 	// sweeper finishes the relay (and leaves the intent of nothing behind).
-	crashOnce(s, "edge-written")
-	if _, err := s.Apply(ctx, edgetest.Like("b", "u2", "k1", 1, t0+5)); !errors.Is(err, errCrash) {
-		t.Fatalf("crashed Apply: %v", err)
-	}
+	crashAfterEdge(t, s, edgetest.Like("b", "u2", "k1", 1, t0+5))
 	n, err := s.Sweep(ctx, 0)
 	if err != nil || n != 1 {
 		t.Fatalf("Sweep = %d, %v; want 1 relayed", n, err)

@@ -15,7 +15,8 @@
 // # Schema (Migrate, versions recorded in schema_version)
 //
 //	edges        ((item, bucket), user)  state, epoch, op, updated_at, eseq, pending, branches,
-//	                                     last_nonce, relayed_eseq, relayed_pos, relayed_time
+//	                                     last_nonce, relayed_eseq, relayed_pos, relayed_time (before schema 4)
+//	edge_relays  ((item, bucket), user)  eseq, nonce, pos, event_time   USING TIMESTAMP eseq (schema 4)
 //	idem         ((user), key)           fingerprint, liked, changed, expires_at   USING TTL
 //	user_items   ((user), item)
 //	erasures     ((user))                the job, and the user's erasure marker
@@ -39,13 +40,23 @@
 // event cannot be one transaction across the edges and outbox tables. Instead
 // the edge row itself carries its event:
 //
-//  1. Apply reads the edge (SERIAL), the idempotency record and the erasure
-//     marker, and calls edge.Decide. If the edge row still holds a pending
+//  1. Apply reads the edge with its relay record, the idempotency record and
+//     the erasure marker (all LOCAL_QUORUM, in parallel), and calls
+//     edge.Decide. If the edge row still holds a pending
 //     event of an earlier write, that event is relayed first (step 3) and the
 //     read repeated. The record and the marker are plain LOCAL_QUORUM writes,
 //     never LWTs, so a LOCAL_QUORUM read sees every one that completed (a
 //     SERIAL read would add nothing); the record of a write still in flight
-//     is covered by the edge's pending column, which the SERIAL read sees.
+//     is covered by the edge's pending column. The edge itself is read at
+//     LOCAL_QUORUM first: that sees every edge LWT that completed, and a
+//     decision taken on a stale row (an LWT still in flight, not yet visible)
+//     fails its condition in step 2, because Paxos finishes the in-flight
+//     proposal before it evaluates ours. After a lost condition or an unknown
+//     outcome the retry reads the edge at SERIAL, which completes whatever is
+//     in flight, so the loop makes progress. (Difference from a SERIAL first
+//     read: a no-op answer, which writes nothing, may be given while an
+//     unacknowledged write of another request is still in flight; that write
+//     was never acknowledged, so it is concurrent with the no-op.)
 //  2. One LWT on the edge row writes the new version (or, for a no-op that
 //     leaves a record, only the event) together with the event in the pending
 //     column and eseq+1 (eseq counts the edge's events): INSERT … IF NOT EXISTS
@@ -56,13 +67,24 @@
 //     in the same transaction. A relay intent row is written just before.
 //  3. The relay: the event's effects outside the row, both idempotent (the
 //     idempotency record it carries, USING TTL; the user index row), then the
-//     append to the outbox, which assigns the position, then the pending
-//     column is cleared (LWT IF eseq = the event's) and the intent deleted.
+//     append to the outbox, which assigns the position, then the relay record
+//     (edge_relays) is written and the intent deleted. The pending column is
+//     never cleared: a pending event is relayed when the edge's relay record
+//     has its eseq (or a later one), so clearing it needs no LWT. The record
+//     is a plain write USING TIMESTAMP eseq: the record of a later event
+//     always wins over a straggling write of an earlier one, and two writes
+//     of one event carry the same contents (its position is assigned once).
+//     The table is never written by an LWT nor deleted from, so logical and
+//     Paxos timestamps never meet on one cell. Pending blobs are written in
+//     format 2: a release from before schema 4 (which took a pending column
+//     for not relayed) cannot decode them and refuses the edge rather than
+//     appending its event twice, so a rolling upgrade stays exact.
 //
-// Appends to a log partition go through its sequence row: read it (SERIAL),
-// then LWT `SET head = head+k, last_time = t, inflight = <the k slots>
+// Appends to a log partition go through its sequence row: read it (SERIAL,
+// or take the state this process's own last append left, see below), then
+// LWT `SET head = head+k, last_time = t, inflight = <the k slots>
 // IF head = ? AND issued = ?`; then the k outbox rows are written and the
-// pending columns cleared. Every position up to head is therefore either an
+// relay records written. Every position up to head is therefore either an
 // outbox row or one of head's inflight slots, which any reader writes out
 // itself (same event, same position), so positions become visible in order
 // with no gaps and a tailing reader never finds one behind its cursor. Event
@@ -72,11 +94,14 @@
 //
 // Exactly once. Several relays of one pending event may run at once (the
 // writer, a later Apply on the edge, the sweeper, other processes). An append
-// reads the sequence row first, then the edges of its events (SERIAL), then
-// transacts on the head it read. Inflight slots are replaced only after they
-// were written and their edges' pending columns cleared. So an event appended
-// before our sequence read is in the inflight slots we read, or its edge shows
-// it relayed when we read the edge afterwards; an event appended after our
+// takes the sequence row first, then reads the edges of its events and their
+// relay records (LOCAL_QUORUM), then transacts on the head it took. Inflight
+// slots are replaced only after they were written and their relay records
+// written (a completed LOCAL_QUORUM write, hence visible to a later
+// LOCAL_QUORUM read; older releases cleared the edge's pending column with a
+// completed LWT, equally visible). So an event appended before our sequence
+// state is in the inflight slots we took, or its relay record shows it when we
+// read it afterwards; an event appended after our
 // sequence read moved the head, and our transaction fails and starts over. A
 // pending event is never appended twice, and an edge's events reach the log in
 // version order because a new one is written only once the last is relayed.
@@ -96,7 +121,7 @@
 //     append write the rows from the inflight slots.
 //
 // Idempotency records are written after the edge LWT, from the event the edge
-// row carries, and always before the pending column is cleared and before any
+// row carries, and always before the relay record is written and before any
 // later decision on that edge. A retry therefore never sees the new edge
 // without the record (it finishes the relay first) and never re-executes the
 // request. What this does not give, unlike the embedded store's single writer:
@@ -121,8 +146,9 @@
 //
 // A window's cells are in different partitions (one per item), so a window is
 // not atomic. Commit orders its writes so a crash between any two is safe:
-// first every fence is checked with SERIAL reads (a stale window fails with
-// ErrFenced having written nothing); then, per item, one conditional batch on
+// first every fence is checked with LOCAL_QUORUM reads, which see every cell
+// batch that completed (a stale window fails with ErrFenced having written
+// nothing); then, per item, one conditional batch on
 // the item's partition writes the cell IF hwm = Expect (IF NOT EXISTS for a
 // new one) together with the dedupe rows of that item's edges, so a cell and
 // the dedupe state of the events it holds commit atomically (the items'
@@ -169,7 +195,13 @@
 //     the process removes even that within one process.
 //   - Cells: one writer per cell (its partition's aggregator in its region), so
 //     cell LWTs are uncontended; a fence failure means a zombie writer.
-//   - Sequence rows: every append to a log partition transacts on its row.
+//   - Sequence rows: every append to a log partition transacts on its row. The
+//     appender remembers the row as its own last applied and finished append
+//     left it and conditions the next transaction on that, so an uncontended
+//     append is one LWT and no SERIAL read; if anyone moved the row since (a
+//     reader's issued, another process), the condition fails and the retry
+//     reads it at SERIAL. This is safe because the dedupe argument needs only
+//     a state of the row taken before the edge reads: our own commit is one.
 //     Within a process one goroutine per partition folds concurrent events into
 //     one LWT (up to MaxBatch), so throughput is batches/s × batch size per
 //     partition; processes sharing a keyspace contend. Readers issuing
@@ -177,7 +209,43 @@
 //     Choose Partitions so that the region's write rate per partition stays
 //     well within one sequence row's LWT rate.
 //
-// Per Apply without contention: two SERIAL reads and two LWTs on the edge row,
-// one SERIAL read of the sequence row and one share of a sequence LWT, and a
-// few plain reads and writes.
+// Per Apply without contention: one LWT on the edge row and one share of a
+// sequence LWT (group commit), no SERIAL read; plain reads and writes: the
+// edge, its relay record, the idempotency record and the erasure marker, the
+// relay intent (written, deleted), the idempotency record and user index
+// written, the relay record read and written by the append, the outbox row
+// (one batch per append), and the erasure re-check. Schema 3 and earlier
+// releases: two SERIAL reads and two LWTs on the edge row, one SERIAL read and
+// a share of an LWT on the sequence row. Ops counts both kinds.
+//
+// # Paxos per like: what is taken, what is not, and why
+//
+//   - Taken: LOCAL_QUORUM reads wherever an LWT condition that follows
+//     catches a stale read (first edge read, append dedupe, cell pre-check);
+//     the relay record instead of the pending-clearing LWT; the appender's
+//     remembered sequence row. Prepared statements and token-aware routing
+//     were already in place (gocql prepares every statement with bind
+//     markers; Connect sets TokenAwareHostPolicy, and every statement binds
+//     all partition-key columns).
+//   - Kept: the edge LWT. Several nodes of one region may serve one user at
+//     once (a client retrying through another node), and nothing but the
+//     edge row serializes them: one process serializes its own writes with
+//     a per-edge mutex, different processes with the LWT's condition on
+//     eseq. A fencing timestamp from (epoch, op) alone would let two nodes
+//     of the same epoch both decide on the same old version and both
+//     append; the pin fences other regions, not this region's nodes.
+//   - Kept: the sequence LWT (shared by a group commit) and the cell batch
+//     LWT per item and window. The outbox positions must be gap-free and in
+//     order (pipeline.Log), which needs one serialization point per log
+//     partition; and a zombie aggregator's window computed from a cell and
+//     dedupe state read at different moments must not land, which only the
+//     hwm condition stops (a write timestamp would let a higher-hwm window
+//     built on an inconsistent read win).
+//   - Not done: seed 003's shape (edge row and an outbox row in one
+//     single-partition BATCH, Kafka offsets as positions, no sequence row
+//     when the log is Kafka). It removes the sequence LWT but changes what
+//     the relay reads (pending events across edge partitions instead of an
+//     ordered outbox) and how watermarks are claimed; not attempted here.
+//   - Paxos v2 is a server setting (scripts/servers.sh LIKES_CASSANDRA_PAXOS);
+//     nothing in this package depends on the variant.
 package cassandra

@@ -70,9 +70,15 @@ type appender struct {
 	reqs   chan *appendReq
 	exited chan struct{} // closed when loop returns
 	// completed is the head after the last append whose slots this appender
-	// fully wrote and cleared (0: none): the next append may then skip
+	// fully wrote and recorded (0: none): the next append may then skip
 	// flushing them again.
 	completed uint64
+	// known is the sequence row as this appender's last applied, finished
+	// append left it (nil: unknown). The next append conditions its
+	// transaction on it instead of reading the row at the serial consistency
+	// first; if anyone moved the row since, the condition fails and the retry
+	// reads it.
+	known *seqRow
 }
 
 func (s *Store) appenderOf(part uint32) (*appender, error) {
@@ -175,14 +181,15 @@ type edgeSlotKey struct {
 
 // appendBatch appends the events of reqs to the partition, each exactly once.
 //
-// The dedupe argument (doc.go, "Outbox order"): read the sequence row (SERIAL),
-// then every edge event's row (SERIAL), then append with a transaction
-// conditioned on the head read first. An event is appended by a transaction
-// that moved the head; if that happened before our sequence read, the event is
-// either in the row's inflight slots (found) or those slots were replaced,
-// which happens only after they were written and their edges' pending columns
-// cleared (so our later edge read finds it relayed); if it happened after our
-// sequence read, our transaction's condition fails and we start over.
+// The dedupe argument (doc.go, "Outbox order"): take the sequence row (a
+// SERIAL read, or the state our own last append left), then read every edge
+// event's row and relay record (LOCAL_QUORUM), then append with a transaction
+// conditioned on the head taken first. An event is appended by a transaction
+// that moved the head; if that happened before our sequence state, the event
+// is either in the row's inflight slots (found) or those slots were replaced,
+// which happens only after they were written and their relay records written
+// (so our later read finds it relayed); if it happened after, our
+// transaction's condition fails and we start over.
 func (a *appender) appendBatch(reqs []*appendReq) {
 	s := a.s
 	ctx := s.ctx // queued appends finish even if their callers gave up (Close cancels)
@@ -239,10 +246,13 @@ var errLostRace = errors.New("cassandra: outbox append lost a race")
 // tryAppend is one attempt; it settles what it can and returns the rest.
 func (a *appender) tryAppend(ctx context.Context, open []*appendReq, settle func(*appendReq, appendRes)) ([]*appendReq, error) {
 	s := a.s
-	seq, err := s.readSeq(ctx, a.part, true)
-	if err != nil {
+	seq, err := seqRow{}, error(nil)
+	if a.known != nil {
+		seq = *a.known
+	} else if seq, err = s.readSeq(ctx, a.part, true); err != nil {
 		return open, err
 	}
+	a.known = nil // until this attempt ends with our own append applied and finished
 	inflight := map[edgeSlotKey]slot{}
 	for _, sl := range seq.inflight {
 		if sl.ESeq > 0 {
@@ -254,7 +264,7 @@ func (a *appender) tryAppend(ctx context.Context, open []*appendReq, settle func
 	finished := false
 	for _, r := range open {
 		if sl, ok := inflight[edgeSlotKey{r.slot.Event.Item, r.slot.Event.User, r.slot.ESeq}]; ok && r.slot.ESeq > 0 {
-			if !finished {
+			if !finished && a.completed != seq.head {
 				if err := a.finish(ctx, seq.inflight); err != nil {
 					return open, err
 				}
@@ -267,14 +277,17 @@ func (a *appender) tryAppend(ctx context.Context, open []*appendReq, settle func
 		rest = append(rest, r)
 	}
 	// 2. Events whose edge no longer holds them pending were relayed by
-	// someone else.
+	// someone else. LOCAL_QUORUM reads suffice: a relay whose slots were
+	// replaced before our sequence state finished writing its relay records
+	// (or, from an older release, clearing its pending columns) before that
+	// replacing transaction.
 	rows := make([]edgeRow, len(rest))
 	if err := parallel(len(rest), func(i int) error {
 		if rest[i].slot.ESeq == 0 {
 			return nil
 		}
 		var err error
-		rows[i], err = s.readEdge(ctx, rest[i].slot.Event.Item, rest[i].slot.Event.User, true)
+		rows[i], err = s.readEdgeRelayed(ctx, rest[i].slot.Event.Item, rest[i].slot.Event.User, false)
 		return err
 	}); err != nil {
 		return rest, err
@@ -299,9 +312,12 @@ func (a *appender) tryAppend(ctx context.Context, open []*appendReq, settle func
 		}
 	}
 	if len(todo) == 0 {
+		if a.completed == seq.head && seq.exists {
+			a.known = &seq // nothing changed it here
+		}
 		return nil, nil
 	}
-	// 3. The last append's slots must be written and cleared before they are
+	// 3. The last append's slots must be written and recorded before they are
 	// replaced (unless this appender did so itself).
 	if len(seq.inflight) > 0 && a.completed != seq.head {
 		if err := a.finish(ctx, seq.inflight); err != nil {
@@ -354,6 +370,7 @@ func (a *appender) tryAppend(ctx context.Context, open []*appendReq, settle func
 		s.opts.OnError(err)
 	} else {
 		a.completed = head
+		a.known = &seqRow{exists: true, head: head, lastTime: t, issued: seq.issued, inflight: slots}
 	}
 	for _, sl := range slots {
 		for _, r := range todo {
@@ -366,22 +383,19 @@ func (a *appender) tryAppend(ctx context.Context, open []*appendReq, settle func
 	return nil, nil
 }
 
-// finish makes an append's slots durable as outbox rows and clears the pending
-// columns of their edges (recording where each event went). Idempotent.
+// finish makes an append's slots durable as outbox rows, then records each
+// edge event's relay (where it went) in edge_relays, which is what marks its
+// edge's pending event relayed. Plain writes only; idempotent.
 func (a *appender) finish(ctx context.Context, slots []slot) error {
 	s := a.s
 	if err := s.writeRows(ctx, a.part, slots); err != nil {
 		return err
 	}
 	return parallel(len(slots), func(i int) error {
-		sl := slots[i]
-		if sl.ESeq == 0 {
+		if slots[i].ESeq == 0 {
 			return nil
 		}
-		bucket := int(edge.BucketOf(sl.Event.User))
-		_, err := s.cas(ctx, s.q.edgeClear, int64(sl.Nonce), int64(sl.ESeq), int64(sl.Pos), sl.Event.EventTime,
-			sl.Event.Item, bucket, sl.Event.User, int64(sl.ESeq)).MapScanCAS(map[string]any{})
-		return err
+		return s.writeRelay(ctx, slots[i])
 	})
 }
 
@@ -394,8 +408,7 @@ func (s *Store) writeRows(ctx context.Context, part uint32, slots []slot) error 
 		byChunk[chunkOf(sl.Pos)] = append(byChunk[chunkOf(sl.Pos)], sl)
 	}
 	for chunk, ss := range byChunk {
-		b := s.s.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
-		b.SetConsistency(s.opts.Consistency)
+		b := s.newBatch(ctx, gocql.UnloggedBatch, false)
 		for _, sl := range ss {
 			b.Query(s.q.outboxInsert, int(part), chunk, int64(sl.Pos), encodeEvent(sl.Event))
 		}

@@ -149,6 +149,24 @@ var Steps = []Step{
 			region text PRIMARY KEY,
 			watermark bigint)`,
 	}},
+	{4, "edge relay records written with fencing timestamps (no lightweight transaction to clear a pending event)", []string{
+		// edge_relays: per edge, the last of its events that reached the
+		// outbox (event sequence, attempt nonce, position, event time). Plain
+		// writes only, each USING TIMESTAMP = its eseq, so the record of the
+		// highest event wins whatever order relays land in, and two writes of
+		// one event (same contents) agree. Never written by a lightweight
+		// transaction, never deleted: no Paxos timestamp or tombstone can mix
+		// with the logical ones.
+		`CREATE TABLE IF NOT EXISTS %[1]s.edge_relays (
+			item text,
+			bucket int,
+			user text,
+			eseq bigint,
+			nonce bigint,
+			pos bigint,
+			event_time bigint,
+			PRIMARY KEY ((item, bucket), user))`,
+	}},
 }
 
 // SchemaVersion is the version Migrate brings a keyspace to.

@@ -10,7 +10,8 @@ type stmts struct {
 	edgeInsert   string // a new edge with its pending event: IF NOT EXISTS
 	edgeUpdate   string // a new version with its pending event: IF eseq = ?
 	edgeRecord   string // a record event on an unchanged edge: IF eseq = ?
-	edgeClear    string // pending relayed: IF eseq = ?
+	relaySelect  string
+	relayPut     string // USING TIMESTAMP eseq
 	likersFirst  string
 	likersAfter  string
 	idemSelect   string
@@ -69,8 +70,9 @@ func newStmts(ks string) stmts {
 			WHERE item = ? AND bucket = ? AND user = ? IF eseq = ? AND epoch = ? AND op = ?`),
 		edgeRecord: q(`UPDATE KS.edges SET eseq = ?, pending = ?
 			WHERE item = ? AND bucket = ? AND user = ? IF eseq = ? AND epoch = ? AND op = ?`),
-		edgeClear: q(`UPDATE KS.edges SET pending = null, last_nonce = ?, relayed_eseq = ?, relayed_pos = ?, relayed_time = ?
-			WHERE item = ? AND bucket = ? AND user = ? IF eseq = ?`),
+		relaySelect: q(`SELECT eseq, nonce, pos, event_time FROM KS.edge_relays WHERE item = ? AND bucket = ? AND user = ?`),
+		relayPut: q(`INSERT INTO KS.edge_relays (item, bucket, user, eseq, nonce, pos, event_time) VALUES (?, ?, ?, ?, ?, ?, ?)
+			USING TIMESTAMP ?`),
 		likersFirst: q(`SELECT user, state FROM KS.edges WHERE item = ? AND bucket = ?`),
 		likersAfter: q(`SELECT user, state FROM KS.edges WHERE item = ? AND bucket = ? AND user > ?`),
 		itemsFirst:  q(`SELECT DISTINCT item FROM KS.cells LIMIT ?`),

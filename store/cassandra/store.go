@@ -100,6 +100,8 @@ type Store struct {
 
 	health breaker
 
+	paxosOps, plainOps atomic.Uint64 // requests issued (Ops)
+
 	ctx     context.Context // canceled by Close: background work stops
 	cancel  context.CancelFunc
 	closing chan struct{}
@@ -240,8 +242,30 @@ func (s *Store) isClosed() bool {
 
 // --- query helpers -----------------------------------------------------------
 
+// Ops counts the requests this store has sent to Cassandra: Paxos, the
+// lightweight transactions (conditional statements and batches) and the reads
+// at the serial consistency; Plain, every other read, write and batch. Its
+// ratios to the likes written are the write path's cost (BENCHMARKS.md).
+type Ops struct{ Paxos, Plain uint64 }
+
+// Ops returns the requests sent so far.
+func (s *Store) Ops() Ops { return Ops{Paxos: s.paxosOps.Load(), Plain: s.plainOps.Load()} }
+
+// newBatch is a batch at Options.Consistency; cas marks a conditional one.
+func (s *Store) newBatch(ctx context.Context, kind gocql.BatchType, cas bool) *gocql.Batch {
+	if cas {
+		s.paxosOps.Add(1)
+	} else {
+		s.plainOps.Add(1)
+	}
+	b := s.s.NewBatch(kind).WithContext(ctx)
+	b.SetConsistency(s.opts.Consistency)
+	return b
+}
+
 // read is an ordinary read or write at Options.Consistency.
 func (s *Store) read(ctx context.Context, stmt string, args ...any) *gocql.Query {
+	s.plainOps.Add(1)
 	return s.s.Query(stmt, args...).WithContext(ctx).Consistency(s.opts.Consistency)
 }
 
@@ -253,11 +277,13 @@ func (s *Store) write(ctx context.Context, stmt string, args ...any) *gocql.Quer
 // serial is a read at the serial consistency: it sees every lightweight
 // transaction that completed, and completes any that is half done.
 func (s *Store) serial(ctx context.Context, stmt string, args ...any) *gocql.Query {
+	s.paxosOps.Add(1)
 	return s.s.Query(stmt, args...).WithContext(ctx).Consistency(gocql.Consistency(s.opts.Serial))
 }
 
 // cas is a lightweight transaction.
 func (s *Store) cas(ctx context.Context, stmt string, args ...any) *gocql.Query {
+	s.paxosOps.Add(1)
 	return s.s.Query(stmt, args...).WithContext(ctx).Consistency(s.opts.Consistency).SerialConsistency(s.opts.Serial)
 }
 
@@ -362,6 +388,63 @@ type edgeRow struct {
 	relayedTime int64
 }
 
+// relayRec is an edge_relays row: the last of an edge's events known to be in
+// the outbox.
+type relayRec struct {
+	eseq, nonce, pos uint64
+	time             int64
+}
+
+func (s *Store) readRelay(ctx context.Context, item, user string) (relayRec, error) {
+	var eseq, nonce, pos, t int64
+	err := s.read(ctx, s.q.relaySelect, item, int(edge.BucketOf(user)), user).Scan(&eseq, &nonce, &pos, &t)
+	if errors.Is(err, gocql.ErrNotFound) {
+		return relayRec{}, nil
+	}
+	return relayRec{eseq: uint64(eseq), nonce: uint64(nonce), pos: uint64(pos), time: t}, err
+}
+
+// writeRelay records that event eseq of an edge is at pos in the outbox: a
+// plain write USING TIMESTAMP eseq, so the highest event's record wins in any
+// order of arrival (see the edge_relays schema step).
+func (s *Store) writeRelay(ctx context.Context, sl slot) error {
+	err := s.write(ctx, s.q.relayPut, sl.Event.Item, int(edge.BucketOf(sl.Event.User)), sl.Event.User,
+		int64(sl.ESeq), int64(sl.Nonce), int64(sl.Pos), sl.Event.EventTime, int64(sl.ESeq)).Exec()
+	if err != nil {
+		return fmt.Errorf("cassandra: relay record of (%q, %q): %w", sl.Event.Item, sl.Event.User, err)
+	}
+	return nil
+}
+
+// readEdgeRelayed reads an edge row and its relay record (LOCAL_QUORUM, or the
+// edge at the serial consistency) and folds the record in: a pending event
+// whose relay is recorded is no longer pending.
+func (s *Store) readEdgeRelayed(ctx context.Context, item, user string, serial bool) (edgeRow, error) {
+	var r edgeRow
+	var rel relayRec
+	err := parallel(2, func(i int) error {
+		var err error
+		if i == 0 {
+			r, err = s.readEdge(ctx, item, user, serial)
+		} else {
+			rel, err = s.readRelay(ctx, item, user)
+		}
+		return err
+	})
+	if err != nil {
+		return r, err
+	}
+	if rel.eseq > r.relayedESeq {
+		r.lastNonce, r.relayedESeq, r.relayedPos, r.relayedTime = rel.nonce, rel.eseq, rel.pos, rel.time
+	}
+	if r.pending != nil && r.relayedESeq >= r.eseq {
+		r.pending = nil
+	}
+	return r, nil
+}
+
+// readEdge reads an edge row alone; its pending column may hold an event that
+// is relayed already (readEdgeRelayed tells).
 func (s *Store) readEdge(ctx context.Context, item, user string, serial bool) (edgeRow, error) {
 	q := s.read
 	if serial {

@@ -90,7 +90,7 @@ func (s *Store) sweepPartition(ctx context.Context, part int, created, now, minA
 		for _, in := range found {
 			mu := s.edgeLock(in.item, in.user)
 			mu.Lock()
-			row, err := s.readEdge(ctx, in.item, in.user, true)
+			row, err := s.readEdgeRelayed(ctx, in.item, in.user, true)
 			var comps []compensation
 			if err == nil && row.pending != nil && row.eseq == uint64(in.eseq) && row.pending.Nonce == uint64(in.nonce) {
 				_, comps, err = s.relay(ctx, in.item, in.user, row.eseq, *row.pending)

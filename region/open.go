@@ -12,6 +12,7 @@ import (
 	"likes/clock"
 	"likes/counts"
 	"likes/edge"
+	"likes/internal/buildinfo"
 	"likes/pipeline"
 )
 
@@ -253,6 +254,16 @@ func (o *opening) openAPI(context.Context) error {
 // registerMetrics registers the region's own gauges and counters.
 func (o *opening) registerMetrics() {
 	r := o.r
+	bi := buildinfo.Get()
+	rev := bi.Revision
+	if bi.Modified {
+		rev += "+modified"
+	}
+	r.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "likes_build_info",
+		Help:        "Always 1; the labels name the running build (to join with other series, and to see a rolling upgrade's progress).",
+		ConstLabels: prometheus.Labels{"version": bi.Version, "revision": rev, "goversion": bi.GoVersion, "region": o.cfg.Name},
+	}, func() float64 { return 1 }))
 	r.registerPipelineMetrics()
 	r.registerStorageMetrics()
 	if r.cluster != nil {

@@ -75,3 +75,11 @@ func TestReadyzFollowsTheLease(t *testing.T) {
 	px.SetMode(proxy.Mode{Kind: proxy.Pass})
 	waitReady("ready again", func(code int, _ string) bool { return code == http.StatusOK })
 }
+
+// TestBuildInfoMetric: every region exports likes_build_info = 1.
+func TestBuildInfoMetric(t *testing.T) {
+	r, _ := open(t, config(t.TempDir()))
+	if got := metricSum(t, r.Registry, "likes_build_info"); got != 1 {
+		t.Fatalf("likes_build_info = %v, want 1", got)
+	}
+}

@@ -43,6 +43,7 @@ import (
 	"likes/epoch"
 	"likes/epoch/etcdembed"
 	"likes/epoch/etcdepoch"
+	"likes/internal/buildinfo"
 	"likes/region"
 	"likes/store/pebblestore"
 )
@@ -61,6 +62,7 @@ commands:
   run    run one region of a real deployment (its own process): with --etcd one of several regions,
          without it a standalone region, optionally on --store cassandra --log kafka --cache redis
   etcd   run a standalone embedded etcd for local multi-process use
+  version  print the build (module version, VCS revision, Go version)
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -75,6 +77,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runRegion(ctx, args[1:], stdout, stderr)
 	case "etcd":
 		return runEtcd(ctx, args[1:], stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, buildinfo.Get())
+		return nil
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -82,3 +82,15 @@ func TestRunRefusesMissingPeerSecurity(t *testing.T) {
 		}
 	}
 }
+
+// TestVersion: `likesd version` prints the build and exits 0, with no
+// network and no data folder.
+func TestVersion(t *testing.T) {
+	var out, errb bytes.Buffer
+	if err := run(context.Background(), []string{"version"}, &out, &errb); err != nil {
+		t.Fatalf("likesd version: %v (%s)", err, errb.String())
+	}
+	if s := out.String(); !strings.HasPrefix(s, "likes ") || !strings.Contains(s, "go1.") {
+		t.Fatalf("likesd version printed %q", s)
+	}
+}

@@ -54,9 +54,9 @@ func (c CDNConfig) withDefaults() CDNConfig {
 }
 
 // hotItems counts writes per item in the current and the previous minute,
-// bounded: past maxTracked items a minute's new items are not tracked (they
-// are served as cold, the safe side for freshness is the hot one, but an
-// attacker creating items cannot grow this map).
+// bounded: past maxTracked items in a minute, new items are not tracked and
+// are served with the cold max-age (their counts may then be cached longer
+// than a hot item's, never served wrong), so no client can grow the map.
 type hotItems struct {
 	mu        sync.Mutex
 	minute    int64

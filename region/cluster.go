@@ -124,6 +124,7 @@ type clusterParts struct {
 	maxProtocol int                  // Cluster.MaxProtocol, for the forwarding service
 	liveDir     *etcdepoch.Directory // pins and live regions (the heal's inbound check, the hand-off)
 	pref        []string             // hand-off targets in order
+	ecfg        epoch.Config         // Cluster.Epoch with its defaults (TTL and skew for notBefore)
 	svc         *edge.Service        // set by serve, before the gRPC server starts
 	serving     bool
 	once        sync.Once
@@ -272,7 +273,7 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 	if err != nil {
 		return fail(err)
 	}
-	p.liveDir = dir
+	p.liveDir, p.ecfg = dir, ecfg
 	p.catchUp = catchup.Start(barrier, clk, 0)
 	return p, nil
 }

@@ -77,7 +77,7 @@ func (r *Region) Handoff(ctx context.Context) (HandoffReport, error) {
 			rep.Kept++
 			continue
 		}
-		np, err := c.liveDir.Move(ctx, p.Range, p.Epoch, target, r.cfg.Cluster.Epoch.NotBefore(r.cfg.Clock.Now()), etcdepoch.Planned())
+		np, err := c.liveDir.Move(ctx, p.Range, p.Epoch, target, c.ecfg.NotBefore(r.cfg.Clock.Now()), etcdepoch.Planned())
 		if errors.Is(err, epoch.ErrEpochChanged) {
 			continue // moved meanwhile by someone else
 		}

@@ -1,8 +1,11 @@
 package replication
 
 import (
+	"google.golang.org/protobuf/proto"
+
 	"context"
 	"encoding/json"
+	"likes/internal/peerpb"
 	"testing"
 
 	"likes/edge"
@@ -25,32 +28,63 @@ func FuzzPush(f *testing.F) {
 		if json.Unmarshal(data, &b) != nil {
 			return
 		}
-		sink := newFakeSink(2)
-		srv, err := NewServer(ServerConfig{Region: "us", Partitions: 2, Sink: sink})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := srv.Push(context.Background(), b); err != nil {
+		pushAndCheck(t, b)
+	})
+}
+
+// FuzzPushV2 is FuzzPush over protocol 2: any bytes a peer sends as a
+// PushRequest either fail to decode or reach the same validation, and
+// nothing invalid is applied.
+func FuzzPushV2(f *testing.F) {
+	good, _ := proto.Marshal(&peerpb.PushRequest{Protocol: 2, Batch: batchToPB(Batch{From: "eu", Partitions: 2,
+		Parts: []PartBatch{{Partition: 0, Events: []edge.Event{ev(0, 1), ev(0, 2)}, Through: 2}},
+		Cells: []CellState{cell("x", 3)}, CellsThrough: 1, Watermark: 5})})
+	f.Add(good)
+	bad, _ := proto.Marshal(&peerpb.PushRequest{Protocol: 2, Batch: &peerpb.Batch{From: "eu", Partitions: 2,
+		Parts: []*peerpb.Part{{Partition: 1, After: 3, Events: []*peerpb.Event{{Item: "i", User: "u\x00", Kind: 3, Delta: -1000}}}}}})
+	f.Add(bad)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var m peerpb.PushRequest
+		if proto.Unmarshal(data, &m) != nil {
 			return
 		}
-		sink.mu.Lock()
-		defer sink.mu.Unlock()
-		for from, parts := range sink.applied {
-			if from != b.From {
-				t.Fatalf("events applied as %q from a batch of %q", from, b.From)
-			}
-			for p, evs := range parts {
-				for _, e := range evs {
-					if err := edge.ValidateEvent(e, 2); err != nil || int(e.Partition) != p {
-						t.Fatalf("accepted an invalid event %+v: %v", e, err)
-					}
+		b, err := batchFromPB(m.GetBatch())
+		if err != nil {
+			return
+		}
+		pushAndCheck(t, b)
+	})
+}
+
+// pushAndCheck pushes b to a fresh server and fails if anything invalid, or
+// anything of another sender, was applied.
+func pushAndCheck(t *testing.T, b Batch) {
+	t.Helper()
+	sink := newFakeSink(2)
+	srv, err := NewServer(ServerConfig{Region: "us", Partitions: 2, Sink: sink})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Push(context.Background(), b); err != nil {
+		return
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	for from, parts := range sink.applied {
+		if from != b.From {
+			t.Fatalf("events applied as %q from a batch of %q", from, b.From)
+		}
+		for p, evs := range parts {
+			for _, e := range evs {
+				if err := edge.ValidateEvent(e, 2); err != nil || int(e.Partition) != p {
+					t.Fatalf("accepted an invalid event %+v: %v", e, err)
 				}
 			}
 		}
-		for k := range sink.cells {
-			if k.Region != b.From {
-				t.Fatalf("merged a cell of %q from %q", k.Region, b.From)
-			}
+	}
+	for k := range sink.cells {
+		if k.Region != b.From {
+			t.Fatalf("merged a cell of %q from %q", k.Region, b.From)
 		}
-	})
+	}
 }

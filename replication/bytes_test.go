@@ -13,6 +13,7 @@ import (
 	"likes/clock"
 	"likes/edge/edgetest"
 	"likes/pipeline"
+	"likes/pipeline/pipelinetest"
 	"likes/replication"
 	"likes/store/pebblestore"
 )
@@ -36,6 +37,7 @@ func TestReplicationBytesPerLike(t *testing.T) {
 		return st
 	}
 	src := open("eu")
+	aggs := pipelinetest.NewAggregators(t, pipeline.Config{Region: "eu", Log: src, Cells: src, Clock: clk, Window: time.Millisecond})
 	for i := range likes {
 		clk.Advance(time.Millisecond)
 		key := fmt.Sprintf("%08x-%04x-4%03x-a%03x-%012x", i, i%65536, i%4096, i%4096, i)
@@ -44,21 +46,7 @@ func TestReplicationBytesPerLike(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i%100 == 99 { // a window of the aggregators every 100 likes
-			for p := range parts {
-				agg, err := pipeline.NewAggregator(pipeline.Config{Region: "eu", Log: src, Cells: src, Clock: clk, Window: time.Millisecond}, uint32(p))
-				if err != nil {
-					t.Fatal(err)
-				}
-				for {
-					_, caught, err := agg.Step(ctx)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if caught {
-						break
-					}
-				}
-			}
+			pipelinetest.CatchUp(t, aggs)
 		}
 	}
 	perLike := map[int]float64{}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -19,7 +20,9 @@ import (
 	"likes/api"
 	"likes/crdt"
 	"likes/edge"
+	"likes/internal/peerpb"
 	"likes/internal/peertls"
+	"likes/internal/rpcjson"
 	"likes/replication"
 )
 
@@ -91,6 +94,13 @@ func TestHostilePeers(t *testing.T) {
 		{"eu pushing a cell of ap", push(eu.ClientCredentials, withFrom(forged, "eu", true)), []codes.Code{codes.InvalidArgument}},
 		{"eu pushing a cursor past its events", push(eu.ClientCredentials, pastThrough("eu")), []codes.Code{codes.InvalidArgument}},
 		{"eu pushing an edge at epoch 2^63", push(eu.ClientCredentials, farEpoch("eu", victim)), []codes.Code{codes.Unavailable}},
+		// Raw protocol-2 forwarding messages no Forwarder would build.
+		{"eu forwarding kind 300 over protocol 2", forwardV2(t, ctx, addr, eu.ClientCredentials("us"),
+			&peerpb.ForwardRequest{Protocol: 2, From: "eu", Item: "target", User: victim, Target: 1, Kind: 300, IdemKey: "k"}), []codes.Code{codes.InvalidArgument}},
+		{"eu forwarding protocol 7 on the v2 service", forwardV2(t, ctx, addr, eu.ClientCredentials("us"),
+			&peerpb.ForwardRequest{Protocol: 7, From: "eu", Item: "target", User: victim, Target: 2, Kind: 1, IdemKey: "k"}), []codes.Code{codes.FailedPrecondition}},
+		{"eu forwarding as ap over protocol 2", forwardV2(t, ctx, addr, eu.ClientCredentials("us"),
+			&peerpb.ForwardRequest{Protocol: 2, From: "ap", Item: "target", User: victim, Target: 2, Kind: 1, IdemKey: "k"}), []codes.Code{codes.PermissionDenied}},
 	}
 	for _, a := range attacks {
 		if a.err == nil {
@@ -168,6 +178,27 @@ func TestHostilePeers(t *testing.T) {
 		t.Fatalf("like at eu after the attacks: %v", r)
 	}
 	c.waitCounts(t, map[string]int64{"target": 1, "after-attack": 1}, 20*time.Second)
+}
+
+// forwardV2 sends one raw protocol-2 forward to addr and returns the error
+// (nil: the owner applied it, or refused it by name in the answer).
+func forwardV2(t *testing.T, ctx context.Context, addr string, creds credentials.TransportCredentials, in *peerpb.ForwardRequest) error {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rpcjson.Codec{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	var out peerpb.ForwardResponse
+	if err := cc.Invoke(cctx, "/likes.peer.v2.Forward/Set", in, &out); err != nil {
+		return err
+	}
+	if out.GetRefusal() != "" {
+		return fmt.Errorf("refused: %s", out.GetRefusal())
+	}
+	return nil
 }
 
 func containsCode(cs []codes.Code, c codes.Code) bool {

@@ -161,3 +161,23 @@ func TestMixedProtocolVersions(t *testing.T) {
 		t.Errorf("announced ranges 2..3 and 1..1: %v", err)
 	}
 }
+
+// TestVersionFromHostileAnnouncements: whatever range a gossip member
+// announces, the caller talks a version it speaks itself or refuses.
+func TestVersionFromHostileAnnouncements(t *testing.T) {
+	tr := newTransport(t)
+	for _, c := range []struct {
+		min, max int
+		want     int // 0: refused
+	}{
+		{0, 0, 2}, {1, 2, 2}, {1, 1, 1}, {1, 1000, 2}, {-5, -1, 0}, {3, 9, 0}, {2, 1, 0}, {-1 << 62, 1 << 62, 2},
+	} {
+		v, err := tr.version(Peer{Region: "x", GRPCAddr: "x:1", ProtoMin: c.min, ProtoMax: c.max})
+		switch {
+		case c.want == 0 && (err == nil || status.Code(err) != codes.FailedPrecondition):
+			t.Errorf("announced %d..%d: version %d, %v; want refused", c.min, c.max, v, err)
+		case c.want != 0 && (err != nil || v != c.want):
+			t.Errorf("announced %d..%d: version %d, %v; want %d", c.min, c.max, v, err, c.want)
+		}
+	}
+}

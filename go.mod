@@ -1,4 +1,4 @@
-module likes
+module github.com/likes-dev/likes
 
 go 1.26.8
 

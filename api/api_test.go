@@ -16,10 +16,10 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"likes/auth"
-	"likes/counts"
-	"likes/edge"
-	"likes/region"
+	"github.com/likes-dev/likes/auth"
+	"github.com/likes-dev/likes/counts"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/region"
 )
 
 // ---------------------------------------------------------------------------

@@ -12,11 +12,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"likes/crdt"
-	"likes/edge"
-	"likes/internal/peerpb"
-	"likes/internal/peertls"
-	"likes/internal/rpcjson"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/internal/peerpb"
+	"github.com/likes-dev/likes/internal/peertls"
+	"github.com/likes-dev/likes/internal/rpcjson"
 )
 
 // The forwarding service: a region that does not own a user's range sends the
@@ -276,7 +276,7 @@ var forwardDesc = grpc.ServiceDesc{
 		unary("Erasure", erasureMethod, forwardServer.erasure),
 		unary("Read", readMethod, forwardServer.read),
 	},
-	Metadata: "likes/forward",
+	Metadata: "github.com/likes-dev/likes/forward",
 }
 
 // RegisterForward serves forwarded writes for svc on s under policy. The

@@ -10,9 +10,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"likes/crdt"
-	"likes/edge"
-	"likes/internal/peerpb"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/internal/peerpb"
 )
 
 // Protocol version 2 of the forwarding service: the protobuf messages of

@@ -15,15 +15,15 @@ import (
 	"testing"
 	"time"
 
-	"likes/api"
-	"likes/auth"
-	"likes/cache/inproc"
-	"likes/clock"
-	"likes/counts"
-	"likes/edge"
-	"likes/pipeline"
-	"likes/region"
-	"likes/store/pebblestore"
+	"github.com/likes-dev/likes/api"
+	"github.com/likes-dev/likes/auth"
+	"github.com/likes-dev/likes/cache/inproc"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/counts"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/pipeline"
+	"github.com/likes-dev/likes/region"
+	"github.com/likes-dev/likes/store/pebblestore"
 )
 
 var testSecret = []byte("api-test-secret")

@@ -15,12 +15,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"likes/auth"
-	"likes/clock"
-	"likes/counts"
-	"likes/crdt"
-	"likes/edge"
-	"likes/internal/sessiontok"
+	"github.com/likes-dev/likes/auth"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/counts"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/internal/sessiontok"
 )
 
 // Limiter is a rate limiter keyed by user or IP.

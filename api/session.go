@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"time"
 
-	"likes/crdt"
-	"likes/internal/sessiontok"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/internal/sessiontok"
 )
 
 // Where a session-aware button read was answered from.

@@ -1,6 +1,6 @@
 package api
 
-import "likes/edge"
+import "github.com/likes-dev/likes/edge"
 
 // MaxIDBytes bounds item ids, user ids and idempotency keys.
 const MaxIDBytes = edge.MaxIDBytes

@@ -8,9 +8,9 @@ import (
 	"sort"
 	"time"
 
-	"likes/clock"
-	"likes/epoch"
-	"likes/replication"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/epoch"
+	"github.com/likes-dev/likes/replication"
 )
 
 // HeadsAsker asks a region for its own-log heads (replication's Heads RPC).

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"likes/clock"
-	"likes/epoch"
-	"likes/replication"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/epoch"
+	"github.com/likes-dev/likes/replication"
 )
 
 // fakePins is a pin table and directory in memory.

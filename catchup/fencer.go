@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"math"
 
-	"likes/replication"
+	"github.com/likes-dev/likes/replication"
 )
 
 // Quiescer waits for the writes in flight (edge.Service.Quiesce).

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"likes/clock"
+	"github.com/likes-dev/likes/clock"
 )
 
 // Loop steps a Barrier on a ticker in its own goroutine.

@@ -6,7 +6,7 @@ import (
 	"sort"
 	"time"
 
-	"likes/edge"
+	"github.com/likes-dev/likes/edge"
 )
 
 // LogEvent is one committed log event as GET /v1/admin/log returns it

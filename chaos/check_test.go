@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"likes/edge"
+	"github.com/likes-dev/likes/edge"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)

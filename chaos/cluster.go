@@ -21,11 +21,11 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"likes/auth"
-	"likes/chaos/proxy"
-	"likes/epoch"
-	"likes/epoch/etcdepoch"
-	"likes/internal/peertls"
+	"github.com/likes-dev/likes/auth"
+	"github.com/likes-dev/likes/chaos/proxy"
+	"github.com/likes-dev/likes/epoch"
+	"github.com/likes-dev/likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/internal/peertls"
 )
 
 // BuildLikesd compiles likesd (without -race) into dir and returns the

@@ -11,9 +11,9 @@ import (
 	"sync"
 	"time"
 
-	"likes/chaos/proxy"
-	"likes/epoch"
-	"likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/chaos/proxy"
+	"github.com/likes-dev/likes/epoch"
+	"github.com/likes-dev/likes/epoch/etcdepoch"
 )
 
 // Nemesis kinds.

@@ -15,8 +15,8 @@ import (
 	"sync"
 	"time"
 
-	"likes/chaos/proxy"
-	"likes/epoch"
+	"github.com/likes-dev/likes/chaos/proxy"
+	"github.com/likes-dev/likes/epoch"
 )
 
 // Options configures a run. Zero fields take defaults.

@@ -17,7 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"likes/auth"
+	"github.com/likes-dev/likes/auth"
 )
 
 // WorkloadConfig shapes the client load. Zero fields take defaults.

@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"likes/clock"
-	"likes/crdt"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/crdt"
 )
 
 // CountStore is the read side of cells (the store the pipeline folds into),

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"likes/cache/inproc"
-	"likes/clock"
-	"likes/counts"
-	"likes/crdt"
+	"github.com/likes-dev/likes/cache/inproc"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/counts"
+	"github.com/likes-dev/likes/crdt"
 )
 
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"likes/crdt"
-	"likes/edge"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
 )
 
 // Identifiers in this file carry a "dt" prefix so they cannot collide with

@@ -7,7 +7,7 @@ import (
 	"hash/fnv"
 	"strconv"
 
-	"likes/crdt"
+	"github.com/likes-dev/likes/crdt"
 )
 
 // Buckets is the number of buckets an item's edges spread over.

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"likes/clock"
-	"likes/crdt"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/crdt"
 )
 
 // Erasure job states.

@@ -1,6 +1,6 @@
 package edge
 
-import "likes/crdt"
+import "github.com/likes-dev/likes/crdt"
 
 // RemoteResult is what applying one replicated event does at a region.
 type RemoteResult struct {

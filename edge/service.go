@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"likes/clock"
-	"likes/crdt"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/crdt"
 )
 
 // Store is the edge store contract (see edgetest for the suite every

@@ -6,7 +6,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"likes/crdt"
+	"github.com/likes-dev/likes/crdt"
 )
 
 // MaxIDBytes bounds item ids, user ids and idempotency keys.

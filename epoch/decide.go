@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"likes/edge"
+	"github.com/likes-dev/likes/edge"
 )
 
 // Pin is the write authority of one user range.

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"likes/edge"
-	"likes/epoch"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/epoch"
 )
 
 func TestDecide(t *testing.T) {
@@ -86,7 +86,7 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 		t.Fatalf("NotBefore = %v", nb)
 	}
 	for _, bad := range []epoch.Config{
-		{Prefix: "likes/"},
+		{Prefix: "github.com/likes-dev/likes/"},
 		{Prefix: "/likes"},
 		{Ranges: -1},
 		{Ranges: epoch.MaxRanges + 1},

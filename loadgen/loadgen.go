@@ -16,7 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"likes/auth"
+	"github.com/likes-dev/likes/auth"
 )
 
 // Phase names.

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"likes/region"
+	"github.com/likes-dev/likes/region"
 )
 
 func TestHistogramQuantiles(t *testing.T) {

@@ -13,15 +13,15 @@ import (
 	"testing"
 	"time"
 
-	"likes/epoch/etcdembed"
-	"likes/epoch/etcdepoch"
-	"likes/region"
+	"github.com/likes-dev/likes/epoch/etcdembed"
+	"github.com/likes-dev/likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/region"
 )
 
 // TestProfileRegion runs a region in-process under load so that
 //
 //	LOADGEN_PROFILE=10s go test -run TestProfileRegion -cpuprofile cpu.out ./loadgen
-//	go tool pprof -top -focus 'likes/(api|edge|store|pipeline|counts)|pebble' loadgen.test cpu.out
+//	go tool pprof -top -focus 'github.com/likes-dev/likes/(api|edge|store|pipeline|counts)|pebble' loadgen.test cpu.out
 //
 // profiles the server's write and read paths (the client shares the process;
 // focus on the server packages). Skipped unless LOADGEN_PROFILE is set to a

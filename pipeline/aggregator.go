@@ -9,9 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"likes/clock"
-	"likes/crdt"
-	"likes/edge"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
 )
 
 // Config configures the aggregators of one region.

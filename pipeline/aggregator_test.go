@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"likes/clock"
-	"likes/counts"
-	"likes/crdt"
-	"likes/edge"
-	"likes/pipeline"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/counts"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/pipeline"
 )
 
 // fakeLog is an in-memory pipeline.Log; the test appends events and sets each

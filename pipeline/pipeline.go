@@ -3,8 +3,8 @@ package pipeline
 import (
 	"context"
 
-	"likes/crdt"
-	"likes/edge"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
 )
 
 // ErrFenced is returned by CellStore.Commit when a cell's stored HWM is not the

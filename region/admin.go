@@ -10,9 +10,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"likes/api"
-	"likes/edge"
-	"likes/store/pebblestore"
+	"github.com/likes-dev/likes/api"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/store/pebblestore"
 )
 
 var _ api.Admin = (*admin)(nil)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"likes/catchup"
+	"github.com/likes-dev/likes/catchup"
 	"log/slog"
 	"net"
 	"sync"
@@ -17,14 +17,14 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"likes/api"
-	"likes/clock"
-	"likes/edge"
-	"likes/epoch"
-	"likes/epoch/etcdepoch"
-	"likes/internal/peertls"
-	"likes/replication"
-	"likes/store/pebblestore"
+	"github.com/likes-dev/likes/api"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/epoch"
+	"github.com/likes-dev/likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/internal/peertls"
+	"github.com/likes-dev/likes/replication"
+	"github.com/likes-dev/likes/store/pebblestore"
 )
 
 // Cluster configures the multi-region parts of a region (DESIGN section 5). A

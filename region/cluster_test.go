@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"likes/epoch"
-	"likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/epoch"
+	"github.com/likes-dev/likes/epoch/etcdepoch"
 )
 
 func TestThreeRegions(t *testing.T) {

@@ -25,14 +25,14 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"likes/auth"
-	"likes/edge"
-	"likes/epoch"
-	"likes/epoch/epochtest"
-	"likes/epoch/etcdembed"
-	"likes/epoch/etcdepoch"
-	"likes/internal/peertls"
-	"likes/region"
+	"github.com/likes-dev/likes/auth"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/epoch"
+	"github.com/likes-dev/likes/epoch/epochtest"
+	"github.com/likes-dev/likes/epoch/etcdembed"
+	"github.com/likes-dev/likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/internal/peertls"
+	"github.com/likes-dev/likes/region"
 )
 
 // triSecret signs the tokens of the three-region tests.

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"likes/auth"
+	"github.com/likes-dev/likes/auth"
 )
 
 // mountSmallFS mounts a size-limited tmpfs at a fresh folder: a real

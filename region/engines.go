@@ -14,16 +14,16 @@ import (
 	"github.com/gocql/gocql"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"likes/api"
-	"likes/cache/inproc"
-	"likes/cache/rediscache"
-	"likes/clock"
-	"likes/counts"
-	"likes/edge"
-	"likes/pipeline"
-	"likes/store/cassandra"
-	"likes/store/pebblestore"
-	"likes/stream/kafkalog"
+	"github.com/likes-dev/likes/api"
+	"github.com/likes-dev/likes/cache/inproc"
+	"github.com/likes-dev/likes/cache/rediscache"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/counts"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/pipeline"
+	"github.com/likes-dev/likes/store/cassandra"
+	"github.com/likes-dev/likes/store/pebblestore"
+	"github.com/likes-dev/likes/stream/kafkalog"
 )
 
 // Engine names (Engines.Store, Engines.Log, Engines.Cache).

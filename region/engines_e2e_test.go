@@ -31,12 +31,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"likes/auth"
-	"likes/cache/rediscache"
-	"likes/chaos/proxy"
-	"likes/epoch/epochtest"
-	"likes/epoch/etcdepoch"
-	"likes/store/cassandra"
+	"github.com/likes-dev/likes/auth"
+	"github.com/likes-dev/likes/cache/rediscache"
+	"github.com/likes-dev/likes/chaos/proxy"
+	"github.com/likes-dev/likes/epoch/epochtest"
+	"github.com/likes-dev/likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/store/cassandra"
 )
 
 // engineEnv names the real servers; ok is false (with the reason) when one is missing.

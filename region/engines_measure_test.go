@@ -36,8 +36,8 @@ import (
 	"testing"
 	"time"
 
-	"likes/loadgen"
-	"likes/store/cassandra"
+	"github.com/likes-dev/likes/loadgen"
+	"github.com/likes-dev/likes/store/cassandra"
 )
 
 type measEngines struct {

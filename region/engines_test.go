@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"likes/cache/rediscache"
-	"likes/region"
+	"github.com/likes-dev/likes/cache/rediscache"
+	"github.com/likes-dev/likes/region"
 )
 
 // TestEnginesValidation: bad engine choices are refused by Open with an error

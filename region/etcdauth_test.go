@@ -8,9 +8,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"likes/epoch/epochtest"
-	"likes/epoch/etcdepoch"
-	"likes/region"
+	"github.com/likes-dev/likes/epoch/epochtest"
+	"github.com/likes-dev/likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/region"
 )
 
 // TestEtcdAuthorizationLossFailsClosed: a region on an etcd with mutual TLS

@@ -7,8 +7,8 @@ import (
 	"slices"
 	"time"
 
-	"likes/epoch"
-	"likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/epoch"
+	"github.com/likes-dev/likes/epoch/etcdepoch"
 )
 
 // A graceful stop is a planned event (issue 11). Handoff, called after Drain

@@ -8,8 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"likes/epoch"
-	"likes/region"
+	"github.com/likes-dev/likes/epoch"
+	"github.com/likes-dev/likes/region"
 )
 
 // metricSum is the sum of a metric family's samples in reg (0 if absent).

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"likes/chaos/proxy"
-	"likes/epoch/epochtest"
-	"likes/region"
+	"github.com/likes-dev/likes/chaos/proxy"
+	"github.com/likes-dev/likes/epoch/epochtest"
+	"github.com/likes-dev/likes/region"
 )
 
 // TestHealRefusesWhileInboundBehind: reconcile --heal at us proves every

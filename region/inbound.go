@@ -7,7 +7,7 @@ import (
 	"sort"
 	"time"
 
-	"likes/replication"
+	"github.com/likes-dev/likes/replication"
 )
 
 // ErrNotQuiescent is wrapped by a heal's refusal: some stream into or out of

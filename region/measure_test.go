@@ -50,13 +50,13 @@ import (
 	"testing"
 	"time"
 
-	"likes/crdt"
-	"likes/edge"
-	"likes/epoch"
-	"likes/epoch/epochtest"
-	"likes/loadgen"
-	"likes/region"
-	"likes/replication"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/epoch"
+	"github.com/likes-dev/likes/epoch/epochtest"
+	"github.com/likes-dev/likes/loadgen"
+	"github.com/likes-dev/likes/region"
+	"github.com/likes-dev/likes/replication"
 )
 
 // Settings of `likesd dev` (cmd/likesd defaults).

@@ -8,12 +8,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"likes/api"
-	"likes/clock"
-	"likes/counts"
-	"likes/edge"
-	"likes/internal/buildinfo"
-	"likes/pipeline"
+	"github.com/likes-dev/likes/api"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/counts"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/internal/buildinfo"
+	"github.com/likes-dev/likes/pipeline"
 )
 
 // Open starts a region: it validates cfg, then opens its subsystems in

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"likes/clock"
-	"likes/epoch/epochtest"
-	"likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/epoch/epochtest"
+	"github.com/likes-dev/likes/epoch/etcdepoch"
 )
 
 // A region that replicates with nobody (the production engines) takes only

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"likes/region"
+	"github.com/likes-dev/likes/region"
 )
 
 // TestMixedProtocolCluster (issue 11): ap runs limited to protocol 1 (the

@@ -8,7 +8,7 @@ import (
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"likes/auth"
+	"github.com/likes-dev/likes/auth"
 )
 
 // ReadyCheck is one named condition GET /readyz requires. Checks are

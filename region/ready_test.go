@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"likes/chaos/proxy"
-	"likes/epoch/epochtest"
-	"likes/epoch/etcdepoch"
-	"likes/region"
+	"github.com/likes-dev/likes/chaos/proxy"
+	"github.com/likes-dev/likes/epoch/epochtest"
+	"github.com/likes-dev/likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/region"
 )
 
 // TestReadyzFollowsTheLease: /readyz answers 503 naming the lease while the

@@ -17,16 +17,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"likes/api"
-	"likes/auth"
-	"likes/cache/rediscache"
-	"likes/clock"
-	"likes/counts"
-	"likes/edge"
-	"likes/pipeline"
-	"likes/store/cassandra"
-	"likes/store/pebblestore"
-	"likes/stream/kafkalog"
+	"github.com/likes-dev/likes/api"
+	"github.com/likes-dev/likes/auth"
+	"github.com/likes-dev/likes/cache/rediscache"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/counts"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/pipeline"
+	"github.com/likes-dev/likes/store/cassandra"
+	"github.com/likes-dev/likes/store/pebblestore"
+	"github.com/likes-dev/likes/stream/kafkalog"
 )
 
 // Config configures one region.

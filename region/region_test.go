@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"likes/auth"
-	"likes/edge"
-	"likes/region"
+	"github.com/likes-dev/likes/auth"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/region"
 )
 
 var secret = []byte("region-test-secret")

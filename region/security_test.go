@@ -17,13 +17,13 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"likes/api"
-	"likes/crdt"
-	"likes/edge"
-	"likes/internal/peerpb"
-	"likes/internal/peertls"
-	"likes/internal/rpcjson"
-	"likes/replication"
+	"github.com/likes-dev/likes/api"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/internal/peerpb"
+	"github.com/likes-dev/likes/internal/peertls"
+	"github.com/likes-dev/likes/internal/rpcjson"
+	"github.com/likes-dev/likes/replication"
 )
 
 // TestHostilePeers attacks us's region-to-region plane as someone on the

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"likes/internal/sessiontok"
-	"likes/loadgen"
-	"likes/region"
+	"github.com/likes-dev/likes/internal/sessiontok"
+	"github.com/likes-dev/likes/loadgen"
+	"github.com/likes-dev/likes/region"
 )
 
 // sessionLike likes item as user through n, sending tok (may be ""), and

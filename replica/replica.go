@@ -3,9 +3,9 @@ package replica
 import (
 	"context"
 
-	"likes/crdt"
-	"likes/edge"
-	"likes/pipeline"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/pipeline"
 )
 
 // CellState is the latest state of one cell, as shipped (delta-state CRDT: the

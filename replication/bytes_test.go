@@ -10,12 +10,12 @@ import (
 
 	"google.golang.org/grpc"
 
-	"likes/clock"
-	"likes/edge/edgetest"
-	"likes/pipeline"
-	"likes/pipeline/pipelinetest"
-	"likes/replication"
-	"likes/store/pebblestore"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/edge/edgetest"
+	"github.com/likes-dev/likes/pipeline"
+	"github.com/likes-dev/likes/pipeline/pipelinetest"
+	"github.com/likes-dev/likes/replication"
+	"github.com/likes-dev/likes/store/pebblestore"
 )
 
 // TestReplicationBytesPerLike (issue 11) ships the log and cells of 2 000

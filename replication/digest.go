@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"hash/fnv"
 
-	"likes/edge"
+	"github.com/likes-dev/likes/edge"
 )
 
 // BucketOf is the anti-entropy bucket of an item's cells: edge.Hash(item) % 256.

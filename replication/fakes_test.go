@@ -12,9 +12,9 @@ import (
 
 	"google.golang.org/grpc"
 
-	"likes/crdt"
-	"likes/edge"
-	"likes/pipeline"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/pipeline"
 )
 
 var (

@@ -5,10 +5,10 @@ import (
 
 	"context"
 	"encoding/json"
-	"likes/internal/peerpb"
+	"github.com/likes-dev/likes/internal/peerpb"
 	"testing"
 
-	"likes/edge"
+	"github.com/likes-dev/likes/edge"
 )
 
 // FuzzPush feeds the receive path hostile batches, as a peer's bytes arrive

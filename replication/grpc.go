@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
-	"likes/internal/peerpb"
-	"likes/internal/rpcjson"
+	"github.com/likes-dev/likes/internal/peerpb"
+	"github.com/likes-dev/likes/internal/rpcjson"
 )
 
 // The gRPC service, described by hand (no code generation): messages are the
@@ -75,7 +75,7 @@ var serviceDesc = grpc.ServiceDesc{
 		{MethodName: "Heads", Handler: headsHandler},
 	},
 	Streams:  []grpc.StreamDesc{},
-	Metadata: "likes/replication/v1",
+	Metadata: "github.com/likes-dev/likes/replication/v1",
 }
 
 func pushHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"likes/edge"
-	"likes/internal/peertls"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/internal/peertls"
 )
 
 // ServerConfig configures the receiving side.

@@ -13,9 +13,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"likes/crdt"
-	"likes/edge"
-	"likes/internal/rpcjson"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/internal/rpcjson"
 )
 
 // ev is a valid like event at position pos of partition p (of 2): its item

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"likes/clock"
+	"github.com/likes-dev/likes/clock"
 )
 
 // Transport carries batches and digests to a peer. GRPCTransport is the

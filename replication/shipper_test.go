@@ -14,9 +14,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"likes/clock"
-	"likes/crdt"
-	"likes/internal/rpcjson"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/internal/rpcjson"
 )
 
 const parts = 4

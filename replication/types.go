@@ -2,9 +2,9 @@ package replication
 
 import (
 	"context"
-	"likes/replica"
+	"github.com/likes-dev/likes/replica"
 
-	"likes/edge"
+	"github.com/likes-dev/likes/edge"
 )
 
 // The replica contract's types (package replica), under their names here.

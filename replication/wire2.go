@@ -8,8 +8,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"likes/crdt"
-	"likes/internal/peerpb"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/internal/peerpb"
 )
 
 // Protocol versions (the memberlist ProtocolVersionMin/Max pattern). A

@@ -13,9 +13,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"likes/crdt"
-	"likes/edge"
-	"likes/internal/peerpb"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/internal/peerpb"
 )
 
 // randomBatch is a batch as a shipper builds it: runs of increasing

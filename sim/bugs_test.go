@@ -8,11 +8,11 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"likes/clock"
-	"likes/crdt"
-	"likes/edge"
-	"likes/pipeline"
-	"likes/store/pebblestore"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/pipeline"
+	"github.com/likes-dev/likes/store/pebblestore"
 )
 
 // TestCorrectionsOutOfVersionOrder is the regression test of a bug the

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 
-	"likes/catchup"
-	"likes/epoch"
-	"likes/replication"
+	"github.com/likes-dev/likes/catchup"
+	"github.com/likes-dev/likes/epoch"
+	"github.com/likes-dev/likes/replication"
 )
 
 // The planned-move barrier runs as in production: each region's

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"slices"
 
-	"likes/crdt"
-	"likes/edge"
-	"likes/store/pebblestore"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/store/pebblestore"
 )
 
 // eraseModel is what the simulation knows about one user's account erasure.

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"strconv"
 
-	"likes/crdt"
-	"likes/edge"
-	"likes/replication"
-	"likes/store/pebblestore"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/replication"
+	"github.com/likes-dev/likes/store/pebblestore"
 )
 
 // request is one client request (retries reuse it).

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"likes/replication"
+	"github.com/likes-dev/likes/replication"
 )
 
 // link is one direction between two regions: a queue of messages in flight.

@@ -13,14 +13,14 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"likes/catchup"
-	"likes/clock"
-	"likes/crdt"
-	"likes/edge"
-	"likes/epoch"
-	"likes/pipeline"
-	"likes/replication"
-	"likes/store/pebblestore"
+	"github.com/likes-dev/likes/catchup"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/epoch"
+	"github.com/likes-dev/likes/pipeline"
+	"github.com/likes-dev/likes/replication"
+	"github.com/likes-dev/likes/store/pebblestore"
 )
 
 // Options configures one run.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"likes/counts"
+	"github.com/likes-dev/likes/counts"
 )
 
 // CacheFactory returns a fresh, empty cache whose entries live for ttl, and

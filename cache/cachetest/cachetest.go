@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"likes/clock"
+	"github.com/likes-dev/likes/clock"
 )
 
 // Clock drives time for a suite.

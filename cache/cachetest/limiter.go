@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"likes/clock"
+	"github.com/likes-dev/likes/clock"
 )
 
 // Limiter is api.Limiter (repeated here so the suite does not import the

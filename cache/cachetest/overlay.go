@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"likes/crdt"
-	"likes/edge"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
 )
 
 // OverlayFactory returns a fresh, empty overlay whose entries live for ttl,

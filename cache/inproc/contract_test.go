@@ -4,12 +4,12 @@ import (
 	"testing"
 	"time"
 
-	"likes/api"
-	"likes/cache/cachetest"
-	"likes/cache/inproc"
-	"likes/clock"
-	"likes/counts"
-	"likes/edge"
+	"github.com/likes-dev/likes/api"
+	"github.com/likes-dev/likes/cache/cachetest"
+	"github.com/likes-dev/likes/cache/inproc"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/counts"
+	"github.com/likes-dev/likes/edge"
 )
 
 var _ api.Limiter = (*inproc.Limiter)(nil)

@@ -5,9 +5,9 @@ import (
 	"sync"
 	"time"
 
-	"likes/clock"
-	"likes/counts"
-	"likes/edge"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/counts"
+	"github.com/likes-dev/likes/edge"
 )
 
 var (

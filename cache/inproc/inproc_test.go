@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"likes/clock"
+	"github.com/likes-dev/likes/clock"
 )
 
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)

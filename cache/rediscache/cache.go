@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"likes/counts"
+	"github.com/likes-dev/likes/counts"
 )
 
 var _ counts.Cache = (*Cache)(nil)

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"likes/cache/rediscache"
-	"likes/counts"
-	"likes/crdt"
-	"likes/edge"
+	"github.com/likes-dev/likes/cache/rediscache"
+	"github.com/likes-dev/likes/counts"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
 )
 
 // These tests need no Redis: they point the store at a closed port (Redis

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"likes/counts"
+	"github.com/likes-dev/likes/counts"
 )
 
 func TestEntryEncodingRoundTrip(t *testing.T) {

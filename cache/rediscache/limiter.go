@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"likes/clock"
+	"github.com/likes-dev/likes/clock"
 )
 
 // LimiterConfig configures a Limiter.

@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"likes/crdt"
-	"likes/edge"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
 )
 
 var _ edge.Overlay = (*Overlay)(nil)

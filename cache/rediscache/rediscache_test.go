@@ -11,12 +11,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"likes/api"
-	"likes/cache/cachetest"
-	"likes/cache/rediscache"
-	"likes/clock"
-	"likes/counts"
-	"likes/edge"
+	"github.com/likes-dev/likes/api"
+	"github.com/likes-dev/likes/cache/cachetest"
+	"github.com/likes-dev/likes/cache/rediscache"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/counts"
+	"github.com/likes-dev/likes/edge"
 )
 
 var (

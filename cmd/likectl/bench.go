@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"likes/auth"
-	"likes/loadgen"
+	"github.com/likes-dev/likes/auth"
+	"github.com/likes-dev/likes/loadgen"
 )
 
 const benchUsage = `usage: likectl bench [--url http://127.0.0.1:8080] [--duration 10s] [--workers 64] [--items 10000] [--json FILE]

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"likes/internal/peertls"
+	"github.com/likes-dev/likes/internal/peertls"
 )
 
 const certsUsage = `usage:

@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"likes/store/cassandra"
+	"github.com/likes-dev/likes/store/cassandra"
 )
 
 func main() {

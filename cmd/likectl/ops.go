@@ -14,8 +14,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"likes/epoch"
-	"likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/epoch"
+	"github.com/likes-dev/likes/epoch/etcdepoch"
 )
 
 const defaultEtcd = "http://127.0.0.1:2379"

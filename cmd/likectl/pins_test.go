@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"likes/epoch"
-	"likes/epoch/epochtest"
-	"likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/epoch"
+	"github.com/likes-dev/likes/epoch/epochtest"
+	"github.com/likes-dev/likes/epoch/etcdepoch"
 )
 
 // TestPinsRebalance: `pins list` shows each range's home beside its owner and

@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"likes/auth"
-	"likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/auth"
+	"github.com/likes-dev/likes/epoch/etcdepoch"
 )
 
 // EnvPrivateKey names a default for --private-key.

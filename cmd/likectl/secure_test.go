@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"likes/auth"
+	"github.com/likes-dev/likes/auth"
 )
 
 // TestTokenWithPrivateKey: likectl token-key writes a key pair; a token from

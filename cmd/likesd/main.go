@@ -37,15 +37,15 @@ import (
 	"syscall"
 	"time"
 
-	"likes/api"
-	"likes/auth"
-	"likes/cache/rediscache"
-	"likes/epoch"
-	"likes/epoch/etcdembed"
-	"likes/epoch/etcdepoch"
-	"likes/internal/buildinfo"
-	"likes/region"
-	"likes/store/pebblestore"
+	"github.com/likes-dev/likes/api"
+	"github.com/likes-dev/likes/auth"
+	"github.com/likes-dev/likes/cache/rediscache"
+	"github.com/likes-dev/likes/epoch"
+	"github.com/likes-dev/likes/epoch/etcdembed"
+	"github.com/likes-dev/likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/internal/buildinfo"
+	"github.com/likes-dev/likes/region"
+	"github.com/likes-dev/likes/store/pebblestore"
 )
 
 func main() {

@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"likes/internal/peertls"
+	"github.com/likes-dev/likes/internal/peertls"
 )
 
 // peerSecurity are the flags of the region-to-region plane: mutual TLS and

@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
-	"likes/auth"
-	"likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/auth"
+	"github.com/likes-dev/likes/epoch/etcdepoch"
 )
 
 // errSecurity prefixes every refused security flag combination.

@@ -25,8 +25,8 @@ import (
 	"testing"
 	"time"
 
-	"likes/auth"
-	"likes/region"
+	"github.com/likes-dev/likes/auth"
+	"github.com/likes-dev/likes/region"
 )
 
 var quiet = slog.New(slog.DiscardHandler)

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"likes/clock"
-	"likes/crdt"
-	"likes/edge"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
 )
 
 // RunJobStore runs the edge.JobStore contract suite. open must return a fresh,

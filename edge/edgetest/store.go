@@ -11,8 +11,8 @@ import (
 	"sync"
 	"testing"
 
-	"likes/crdt"
-	"likes/edge"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
 )
 
 // DayMs is the idempotency TTL the suite uses unless a test says otherwise.

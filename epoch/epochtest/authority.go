@@ -9,10 +9,10 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"likes/clock"
-	"likes/edge"
-	"likes/epoch"
-	"likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/epoch"
+	"github.com/likes-dev/likes/epoch/etcdepoch"
 )
 
 func startKA(t testing.TB, cli *clientv3.Client, cfg epoch.Config, name string, clk clock.Clock) *etcdepoch.KeepAlive {

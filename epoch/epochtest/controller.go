@@ -7,8 +7,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"likes/epoch"
-	"likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/epoch"
+	"github.com/likes-dev/likes/epoch/etcdepoch"
 )
 
 func startController(t testing.TB, cli *clientv3.Client, cfg epoch.Config, name string, grace time.Duration, pref ...string) *etcdepoch.Controller {

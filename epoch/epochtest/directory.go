@@ -10,8 +10,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"likes/epoch"
-	"likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/epoch"
+	"github.com/likes-dev/likes/epoch/etcdepoch"
 )
 
 // RunDirectory is the contract of the pin directory, region leases and the

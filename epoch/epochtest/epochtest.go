@@ -21,9 +21,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"likes/epoch"
-	"likes/epoch/etcdembed"
-	"likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/epoch"
+	"github.com/likes-dev/likes/epoch/etcdembed"
+	"github.com/likes-dev/likes/epoch/etcdepoch"
 )
 
 // EnvEndpoints names the environment variable with comma-separated client

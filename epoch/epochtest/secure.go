@@ -17,8 +17,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"likes/epoch/etcdembed"
-	"likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/epoch/etcdembed"
+	"github.com/likes-dev/likes/epoch/etcdepoch"
 )
 
 // SecureEtcd is an embedded etcd serving clients over mutual TLS with auth

@@ -4,15 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"likes/epoch"
+	"github.com/likes-dev/likes/epoch"
 	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"likes/clock"
-	"likes/edge"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/edge"
 )
 
 // AuthorityConfig configures an Authority.

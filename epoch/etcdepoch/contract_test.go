@@ -3,7 +3,7 @@ package etcdepoch_test
 import (
 	"testing"
 
-	"likes/epoch/epochtest"
+	"github.com/likes-dev/likes/epoch/epochtest"
 )
 
 // TestContractEmbedded runs the contract suite against an embedded etcd.

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"likes/epoch"
+	"github.com/likes-dev/likes/epoch"
 	"sort"
 	"strings"
 	"sync"
@@ -15,7 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"likes/clock"
+	"github.com/likes-dev/likes/clock"
 )
 
 // ControllerConfig configures automatic failover.

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"likes/epoch"
+	"github.com/likes-dev/likes/epoch"
 	"sort"
 	"strconv"
 	"strings"

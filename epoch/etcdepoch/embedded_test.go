@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"likes/epoch/epochtest"
-	"likes/epoch/etcdembed"
-	"likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/epoch/epochtest"
+	"github.com/likes-dev/likes/epoch/etcdembed"
+	"github.com/likes-dev/likes/epoch/etcdepoch"
 )
 
 func TestEmbeddedServesAndClosesIdempotently(t *testing.T) {

@@ -5,14 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"likes/epoch"
+	"github.com/likes-dev/likes/epoch"
 	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"likes/clock"
+	"github.com/likes-dev/likes/clock"
 )
 
 // Freshness is the lease proof an Authority needs: the send time of the last

@@ -21,37 +21,37 @@ type rule struct {
 
 var rules = []rule{
 	{
-		From: []string{"likes/crdt"}, Deny: []string{"likes/..."},
+		From: []string{"github.com/likes-dev/likes/crdt"}, Deny: []string{"github.com/likes-dev/likes/..."},
 		Reason: "crdt is the merge laws: pure, imports nothing of ours",
 	},
 	{
-		From: []string{"likes/edge"}, Deny: []string{"likes/..."}, Allow: []string{"likes/crdt", "likes/clock"},
+		From: []string{"github.com/likes-dev/likes/edge"}, Deny: []string{"github.com/likes-dev/likes/..."}, Allow: []string{"github.com/likes-dev/likes/crdt", "github.com/likes-dev/likes/clock"},
 		Reason: "edge is the write rule (Decide) and its contracts: only crdt and clock under it",
 	},
 	{
-		From: []string{"likes/epoch"}, Deny: []string{"go.etcd.io/...", "google.golang.org/grpc/...", "likes/..."},
-		Allow:  []string{"likes/edge", "likes/crdt", "likes/clock"},
+		From: []string{"github.com/likes-dev/likes/epoch"}, Deny: []string{"go.etcd.io/...", "google.golang.org/grpc/...", "github.com/likes-dev/likes/..."},
+		Allow:  []string{"github.com/likes-dev/likes/edge", "github.com/likes-dev/likes/crdt", "github.com/likes-dev/likes/clock"},
 		Reason: "epoch is the pure pin rule; its etcd implementation is epoch/etcdepoch",
 	},
 	{
-		From: []string{"likes/store/...", "likes/stream/...", "likes/cache/...", "likes/replica"},
+		From: []string{"github.com/likes-dev/likes/store/...", "github.com/likes-dev/likes/stream/...", "github.com/likes-dev/likes/cache/...", "github.com/likes-dev/likes/replica"},
 		Deny: []string{"google.golang.org/grpc/...", "github.com/hashicorp/memberlist/...", "go.etcd.io/etcd/server/...",
-			"likes/replication/...", "likes/region/...", "likes/api/..."},
+			"github.com/likes-dev/likes/replication/...", "github.com/likes-dev/likes/region/...", "github.com/likes-dev/likes/api/..."},
 		Reason: "stores and streams implement contracts; the region-to-region plane and etcd's server are above them",
 	},
 	{
-		From: []string{"likes/sim/..."}, Deny: []string{"go.etcd.io/...", "likes/epoch/etcdepoch/...", "likes/epoch/etcdembed/..."},
+		From: []string{"github.com/likes-dev/likes/sim/..."}, Deny: []string{"go.etcd.io/...", "github.com/likes-dev/likes/epoch/etcdepoch/...", "github.com/likes-dev/likes/epoch/etcdembed/..."},
 		Reason: "the simulation simulates etcd; it runs the pure pin rule, never an etcd server or client",
 	},
 	{
-		From: []string{"likes/chaos/..."}, Deny: []string{"go.etcd.io/etcd/server/...", "likes/epoch/etcdembed/..."},
+		From: []string{"github.com/likes-dev/likes/chaos/..."}, Deny: []string{"go.etcd.io/etcd/server/...", "github.com/likes-dev/likes/epoch/etcdembed/..."},
 		Reason: "chaos drives likesd processes (their etcd is `likesd etcd`); it links only the etcd client",
 	},
 	{
-		From: []string{"likes/..."},
-		Deny: []string{"likes/store/...", "likes/stream/...", "likes/cache/inproc/...", "likes/cache/rediscache/...", "likes/epoch/etcdepoch/...", "likes/epoch/etcdembed/..."},
-		Except: []string{"likes/region/...", "likes/cmd/...", "likes/chaos/...", "likes/sim/...", "likes/store/...", "likes/stream/...",
-			"likes/epoch/...", "likes/cache/..."},
+		From: []string{"github.com/likes-dev/likes/..."},
+		Deny: []string{"github.com/likes-dev/likes/store/...", "github.com/likes-dev/likes/stream/...", "github.com/likes-dev/likes/cache/inproc/...", "github.com/likes-dev/likes/cache/rediscache/...", "github.com/likes-dev/likes/epoch/etcdepoch/...", "github.com/likes-dev/likes/epoch/etcdembed/..."},
+		Except: []string{"github.com/likes-dev/likes/region/...", "github.com/likes-dev/likes/cmd/...", "github.com/likes-dev/likes/chaos/...", "github.com/likes-dev/likes/sim/...", "github.com/likes-dev/likes/store/...", "github.com/likes-dev/likes/stream/...",
+			"github.com/likes-dev/likes/epoch/...", "github.com/likes-dev/likes/cache/..."},
 		Reason: "only region and the commands wire backends (chaos and the simulation drive them as harnesses; test suites sit beside their contracts)",
 	},
 }
@@ -78,7 +78,7 @@ func matchAny(pats []string, p string) bool {
 // deps lists every package of the module with its transitive imports.
 func deps(t *testing.T) map[string][]string {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}|{{join .Deps \",\"}}", "likes/...").Output()
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}|{{join .Deps \",\"}}", "github.com/likes-dev/likes/...").Output()
 	if err != nil {
 		if ee, ok := err.(*exec.ExitError); ok {
 			t.Fatalf("go list: %v\n%s", err, ee.Stderr)
@@ -135,10 +135,10 @@ func TestRulesBite(t *testing.T) {
 		pat, p string
 		want   bool
 	}{
-		{"likes/store/...", "likes/store", true},
-		{"likes/store/...", "likes/store/pebblestore", true},
-		{"likes/store/...", "likes/storex", false},
-		{"likes/edge", "likes/edge/edgetest", false},
+		{"github.com/likes-dev/likes/store/...", "github.com/likes-dev/likes/store", true},
+		{"github.com/likes-dev/likes/store/...", "github.com/likes-dev/likes/store/pebblestore", true},
+		{"github.com/likes-dev/likes/store/...", "github.com/likes-dev/likes/storex", false},
+		{"github.com/likes-dev/likes/edge", "github.com/likes-dev/likes/edge/edgetest", false},
 	} {
 		if got := match(c.pat, c.p); got != c.want {
 			t.Errorf("match(%q, %q) = %v", c.pat, c.p, got)

@@ -7,8 +7,8 @@ import (
 	"math"
 	"strings"
 
-	"likes/crdt"
-	"likes/edge"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
 )
 
 // ErrBadMessage prefixes a message that does not convert (an overflowing

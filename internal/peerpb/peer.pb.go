@@ -1700,7 +1700,7 @@ const file_peer_proto_rawDesc = "" +
 	"\aForward\x12D\n" +
 	"\x03Set\x12\x1d.likes.peer.v2.ForwardRequest\x1a\x1e.likes.peer.v2.ForwardResponse\x12H\n" +
 	"\aErasure\x12\x1d.likes.peer.v2.ErasureRequest\x1a\x1e.likes.peer.v2.ErasureResponse\x12?\n" +
-	"\x04Read\x12\x1a.likes.peer.v2.ReadRequest\x1a\x1b.likes.peer.v2.ReadResponseB\x17Z\x15likes/internal/peerpbb\x06proto3"
+	"\x04Read\x12\x1a.likes.peer.v2.ReadRequest\x1a\x1b.likes.peer.v2.ReadResponseB,Z*github.com/likes-dev/likes/internal/peerpbb\x06proto3"
 
 var (
 	file_peer_proto_rawDescOnce sync.Once

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"likes/internal/peertls"
+	"github.com/likes-dev/likes/internal/peertls"
 )
 
 func mustCA(t *testing.T) (cert, key []byte) {

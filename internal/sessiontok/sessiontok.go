@@ -21,8 +21,8 @@ import (
 	"fmt"
 	"strings"
 
-	"likes/crdt"
-	"likes/edge"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
 )
 
 // MaxBytes bounds an encoded token (a header), however many writes it has seen.

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"likes/crdt"
-	"likes/internal/sessiontok"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/internal/sessiontok"
 )
 
 var key = []byte("0123456789abcdef0123456789abcdef")

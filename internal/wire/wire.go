@@ -12,8 +12,8 @@ package wire
 import (
 	"encoding/binary"
 
-	"likes/crdt"
-	"likes/edge"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
 )
 
 // AppendStr appends s with a uvarint length prefix.

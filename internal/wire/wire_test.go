@@ -7,9 +7,9 @@ import (
 
 	"pgregory.net/rapid"
 
-	"likes/crdt"
-	"likes/edge"
-	"likes/internal/wire"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/internal/wire"
 )
 
 var errBad = errors.New("test: corrupt")

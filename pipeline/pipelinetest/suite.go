@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"likes/clock"
-	"likes/counts"
-	"likes/crdt"
-	"likes/edge"
-	"likes/edge/edgetest"
-	"likes/pipeline"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/counts"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/edge/edgetest"
+	"github.com/likes-dev/likes/pipeline"
 )
 
 // Harness is one region's backend as the suite sees it. Store's writes must be

@@ -8,8 +8,8 @@ import (
 
 	"github.com/gocql/gocql"
 
-	"likes/crdt"
-	"likes/pipeline"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/pipeline"
 )
 
 // Position implements pipeline.CellStore.

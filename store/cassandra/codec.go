@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"math"
 
-	"likes/crdt"
-	"likes/edge"
-	"likes/internal/wire"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/internal/wire"
 )
 
 // errCorrupt is returned for a blob this package did not write.

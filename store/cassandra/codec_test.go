@@ -7,8 +7,8 @@ import (
 
 	"github.com/gocql/gocql"
 
-	"likes/crdt"
-	"likes/edge"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
 )
 
 // These tests need no Cassandra.

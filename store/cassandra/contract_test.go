@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"likes/clock"
-	"likes/edge"
-	"likes/edge/edgetest"
-	"likes/pipeline/pipelinetest"
-	"likes/store/cassandra"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/edge/edgetest"
+	"github.com/likes-dev/likes/pipeline/pipelinetest"
+	"github.com/likes-dev/likes/store/cassandra"
 )
 
 const t0 = int64(1_700_000_000_000)

@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"likes/clock"
-	"likes/crdt"
-	"likes/edge"
-	"likes/edge/edgetest"
-	"likes/pipeline"
-	"likes/pipeline/pipelinetest"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/edge/edgetest"
+	"github.com/likes-dev/likes/pipeline"
+	"github.com/likes-dev/likes/pipeline/pipelinetest"
 )
 
 const t0 = int64(1_700_000_000_000)

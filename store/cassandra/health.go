@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"likes/edge"
+	"github.com/likes-dev/likes/edge"
 )
 
 // Write health: a write whose attempts all ended in a Cassandra write

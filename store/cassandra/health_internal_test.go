@@ -10,8 +10,8 @@ import (
 
 	"github.com/gocql/gocql"
 
-	"likes/clock"
-	"likes/edge"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/edge"
 )
 
 // TestBreaker: a write that failed on Cassandra write timeouts opens the

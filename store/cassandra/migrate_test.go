@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"likes/clock"
-	"likes/edge"
-	"likes/edge/edgetest"
-	"likes/store/cassandra"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/edge/edgetest"
+	"github.com/likes-dev/likes/store/cassandra"
 )
 
 // TestMigrateAndReopen: Migrate is idempotent, Open refuses a keyspace without

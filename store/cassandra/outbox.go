@@ -9,9 +9,9 @@ import (
 
 	"github.com/gocql/gocql"
 
-	"likes/crdt"
-	"likes/edge"
-	"likes/pipeline"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/pipeline"
 )
 
 // chunkSize is how many positions one outbox partition holds (pos / 1024).

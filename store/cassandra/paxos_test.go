@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"likes/clock"
-	"likes/edge"
-	"likes/edge/edgetest"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/edge/edgetest"
 )
 
 // TestPaxosPerLike: without contention a like on a new edge costs one edge

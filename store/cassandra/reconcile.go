@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"likes/crdt"
-	"likes/edge"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
 )
 
 // Recount is one item's reconciliation: its LIKED edges in this keyspace and

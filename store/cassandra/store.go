@@ -15,11 +15,11 @@ import (
 
 	"github.com/gocql/gocql"
 
-	"likes/clock"
-	"likes/counts"
-	"likes/crdt"
-	"likes/edge"
-	"likes/pipeline"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/counts"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/pipeline"
 )
 
 // ErrClosed is returned by calls on a closed Store.

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"likes/clock"
-	"likes/edge/edgetest"
-	"likes/store/pebblestore"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/edge/edgetest"
+	"github.com/likes-dev/likes/store/pebblestore"
 )
 
 // BenchmarkApplyParallel measures group-committed likes on disk (each Apply

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"math"
 
-	"likes/crdt"
-	"likes/edge"
-	"likes/internal/wire"
-	"likes/pipeline"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/internal/wire"
+	"github.com/likes-dev/likes/pipeline"
 )
 
 var errCorrupt = errors.New("pebblestore: corrupt value")

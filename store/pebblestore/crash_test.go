@@ -13,12 +13,12 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"likes/clock"
-	"likes/edge"
-	"likes/edge/edgetest"
-	"likes/pipeline"
-	"likes/pipeline/pipelinetest"
-	"likes/store/pebblestore"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/edge/edgetest"
+	"github.com/likes-dev/likes/pipeline"
+	"github.com/likes-dev/likes/pipeline/pipelinetest"
+	"github.com/likes-dev/likes/store/pebblestore"
 )
 
 var crashSeed = flag.Uint64("crash.seed", 0, "run TestCrashRecovery with this seed only")

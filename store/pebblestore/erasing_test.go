@@ -7,11 +7,11 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"likes/cache/inproc"
-	"likes/clock"
-	"likes/crdt"
-	"likes/edge"
-	"likes/store/pebblestore"
+	"github.com/likes-dev/likes/cache/inproc"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/store/pebblestore"
 )
 
 func openRegion(t *testing.T, region string, clk clock.Clock) *pebblestore.Store {

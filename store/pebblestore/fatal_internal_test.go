@@ -7,7 +7,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"likes/edge"
+	"github.com/likes-dev/likes/edge"
 )
 
 // TestFatalfNeverReturns: Pebble's Fatalf under one of the store's writes

@@ -12,7 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"likes/edge"
+	"github.com/likes-dev/likes/edge"
 )
 
 // ErrFatal marks a write error after which the open database is not used for
@@ -200,7 +200,7 @@ func (s *Store) fatalErr() error {
 
 // guardedFrame names guarded in stack traces: Fatalf panics only when called
 // under it (a goroutine of ours that recovers), never in Pebble's own.
-const guardedFrame = "likes/store/pebblestore.(*Store).guarded"
+const guardedFrame = "github.com/likes-dev/likes/store/pebblestore.(*Store).guarded"
 
 //go:noinline
 func (s *Store) guarded(what string, fn func() error) (err error) {

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"testing"
 
-	"likes/clock"
-	"likes/crdt"
-	"likes/edge"
-	"likes/replication"
-	"likes/store/pebblestore"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/replication"
+	"github.com/likes-dev/likes/store/pebblestore"
 )
 
 // perPartition hides ApplyRemoteParts, so the server applies a push one

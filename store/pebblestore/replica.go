@@ -8,9 +8,9 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
-	"likes/crdt"
-	"likes/edge"
-	"likes/replica"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/replica"
 )
 
 var (

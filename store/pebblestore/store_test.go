@@ -9,13 +9,13 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"likes/clock"
-	"likes/crdt"
-	"likes/edge"
-	"likes/edge/edgetest"
-	"likes/pipeline"
-	"likes/pipeline/pipelinetest"
-	"likes/store/pebblestore"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/edge/edgetest"
+	"github.com/likes-dev/likes/pipeline"
+	"github.com/likes-dev/likes/pipeline/pipelinetest"
+	"github.com/likes-dev/likes/store/pebblestore"
 )
 
 const t0 = int64(1_700_000_000_000)

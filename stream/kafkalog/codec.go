@@ -10,10 +10,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
-	"likes/crdt"
-	"likes/edge"
-	"likes/internal/peerpb"
-	"likes/internal/wire"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/internal/peerpb"
+	"github.com/likes-dev/likes/internal/wire"
 )
 
 // Record headers. Every record the relay writes carries HeaderFormat and

@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"likes/clock"
-	"likes/edge"
-	"likes/pipeline"
-	"likes/pipeline/pipelinetest"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/pipeline"
+	"github.com/likes-dev/likes/pipeline/pipelinetest"
 )
 
 // syncLog is the Kafka Log as a tailer right behind the relay sees it: each

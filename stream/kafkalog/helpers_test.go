@@ -14,11 +14,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"likes/clock"
-	"likes/edge"
-	"likes/pipeline"
-	"likes/pipeline/pipelinetest"
-	"likes/store/pebblestore"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/pipeline"
+	"github.com/likes-dev/likes/pipeline/pipelinetest"
+	"github.com/likes-dev/likes/store/pebblestore"
 )
 
 const t0 = int64(1_700_000_000_000)

@@ -15,13 +15,13 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"likes/clock"
-	"likes/crdt"
-	"likes/edge"
-	"likes/edge/edgetest"
-	"likes/pipeline"
-	"likes/pipeline/pipelinetest"
-	"likes/store/pebblestore"
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/edge/edgetest"
+	"github.com/likes-dev/likes/pipeline"
+	"github.com/likes-dev/likes/pipeline/pipelinetest"
+	"github.com/likes-dev/likes/store/pebblestore"
 )
 
 var (

@@ -11,8 +11,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"likes/edge"
-	"likes/pipeline"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/pipeline"
 )
 
 // Log is pipeline.Log over the log topic: an event's Pos is its Kafka offset

@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"likes/clock"
+	"github.com/likes-dev/likes/clock"
 )
 
 // TestRelayReportsRefusedWrites: while the broker refuses produce requests

@@ -10,7 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"likes/pipeline"
+	"github.com/likes-dev/likes/pipeline"
 )
 
 // Relay publishes a region's committed outbox (any pipeline.Log) to the log

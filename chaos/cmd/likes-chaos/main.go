@@ -23,7 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"likes/chaos"
+	"github.com/likes-dev/likes/chaos"
 )
 
 func main() {

@@ -34,6 +34,10 @@ type RemoteWrites struct {
 	// Index: the user-index entry (user, item) must exist (the edge is not
 	// ERASED here).
 	Index bool
+	// Unindex: the user-index entry (user, item) must go (the edge arrived
+	// ERASED after the user's erasure finished here: no purge will come to
+	// drop it, since purges and tombstones travel in different partitions).
+	Unindex bool
 	// BranchesChanged: persist Branches and Corrections as the edge's branch
 	// record.
 	BranchesChanged bool
@@ -60,7 +64,7 @@ type RemoteWrites struct {
 
 // Empty reports whether w writes nothing.
 func (w RemoteWrites) Empty() bool {
-	return w.Edge == nil && !w.Index && !w.BranchesChanged && w.Correction == nil && w.Record == nil && w.Job == nil && !w.Purge
+	return w.Edge == nil && !w.Index && !w.Unindex && !w.BranchesChanged && w.Correction == nil && w.Record == nil && w.Job == nil && !w.Purge
 }
 
 // ApplyRemoteEvent is the whole rule for one event replicated from another
@@ -81,7 +85,9 @@ func (w RemoteWrites) Empty() bool {
 //     by (epoch, op) (ApplyRemote), and a new version that is not ERASED
 //     gets its user-index entry and re-opens this region's own erasure job of
 //     the user, if any (ReopenLate); branch corrections are appended with the
-//     edge's next correction sequence.
+//     edge's next correction sequence; a tombstone arriving after the user's
+//     erasure finished here drops its user-index entry (the purge that would
+//     have dropped it came first, from another log partition).
 //
 // Applying the same event twice writes nothing new the second time (the
 // second RemoteWrites, applied to the state the first left, changes nothing);
@@ -115,12 +121,15 @@ func ApplyRemoteEvent(l RemoteLocal, ev Event) RemoteWrites {
 	if res.EdgeChanged {
 		e := res.Edge
 		w.Edge = &e
-		if e.State != crdt.Erased {
+		switch {
+		case e.State != crdt.Erased:
 			w.Index = true
 			if l.Job != nil && !l.Job.Remote {
 				j := ReopenLate(*l.Job)
 				w.Job = &j
 			}
+		case l.Job != nil && l.Job.State == ErasureDone:
+			w.Unindex = true
 		}
 	}
 	w.Branches, w.Corrections = l.Branches, l.Corrections

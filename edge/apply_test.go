@@ -85,6 +85,9 @@ func TestApplyRemoteEventIdempotent(t *testing.T) {
 		if w1.Edge != nil && !l.Edge.Register().Less(w1.Edge.Register()) {
 			t.Fatalf("edge %v replaced by an older or equal %v", l.Edge.Register(), w1.Edge.Register())
 		}
+		if w1.Index && w1.Unindex {
+			t.Fatalf("index entry both set and dropped: %+v", w1)
+		}
 		if w1.Index && (w1.Edge == nil || w1.Edge.State == crdt.Erased) {
 			t.Fatalf("index entry without a new live edge: %+v", w1)
 		}
@@ -208,6 +211,9 @@ func (r *arRegion) receive(ev edge.Event) {
 	}
 	if w.Index {
 		r.index[ev.Item] = true
+	}
+	if w.Unindex {
+		delete(r.index, ev.Item)
 	}
 	if w.Job != nil {
 		j := *w.Job
@@ -388,8 +394,8 @@ func TestApplyRemoteRegions(t *testing.T) {
 				if r.job == nil || r.job.State != edge.ErasureDone {
 					t.Fatalf("r%d: job %+v after the erasure finished at r%d", i, r.job, eraser)
 				}
-				if len(r.records) != 0 {
-					t.Fatalf("r%d keeps records %v of the erased user", i, r.records)
+				if len(r.records) != 0 || len(r.index) != 0 {
+					t.Fatalf("r%d keeps records %v or index entries %v of the erased user", i, r.records, r.index)
 				}
 			}
 		}

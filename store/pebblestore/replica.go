@@ -245,6 +245,9 @@ func (s *Store) applyRemoteEvent(b *pebble.Batch, w *batchWriter, ev edge.Event)
 	if wr.Index {
 		_ = b.Set(userIdxKey(ev.User, ev.Item), nil, nil)
 	}
+	if wr.Unindex {
+		_ = b.Delete(userIdxKey(ev.User, ev.Item), nil)
+	}
 	if wr.Job != nil {
 		v, err := encodeJob(*wr.Job)
 		if err != nil {

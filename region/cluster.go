@@ -219,6 +219,13 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 		if err != nil || h == "" {
 			return fail(fmt.Errorf("region %s: GossipAdvertise %q: want host:port", name, c.GossipAdvertise))
 		}
+		if net.ParseIP(h) == nil { // memberlist advertises an IP: resolve a name once, at start
+			ips, err := net.DefaultResolver.LookupIPAddr(ctx, h)
+			if err != nil || len(ips) == 0 {
+				return fail(fmt.Errorf("region %s: GossipAdvertise %q: resolve %s: %v", name, c.GossipAdvertise, h, err))
+			}
+			h = ips[0].IP.String()
+		}
 		advHost = h
 	}
 

@@ -960,7 +960,7 @@ func advertiseAddr(name, listen, adv string, needPort bool) (string, error) {
 	port, perr := strconv.Atoi(ps)
 	switch {
 	case h == "" || unspecifiedHost(h):
-		return "", fmt.Errorf("%w: --advertise-%s %q: the host must be one peers can dial, not empty, 0.0.0.0 or ::", errAdvertise, name, adv)
+		return "", fmt.Errorf("%w: --advertise-%s %q: the host must be one peers can dial, not empty, 0.0.0.0 or the IPv6 any-address", errAdvertise, name, adv)
 	case strings.ContainsAny(h, "/ ,"):
 		return "", fmt.Errorf("%w: --advertise-%s %q: bad host", errAdvertise, name, adv)
 	case perr != nil || port < 1 || port > 65535:

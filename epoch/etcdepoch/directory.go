@@ -330,7 +330,14 @@ func (d *Directory) Pin(ctx context.Context, rng uint32) (epoch.Pin, error) {
 // MoveOption changes how Move and Drain move a pin.
 type MoveOption func(*moveOptions)
 
-type moveOptions struct{ planned bool }
+type moveOptions struct {
+	planned bool
+	onMoved func(epoch.Pin)
+}
+
+// OnMoved makes Drain call fn with each pin it moved, as it goes (progress of
+// a long drain); Move ignores it.
+func OnMoved(fn func(epoch.Pin)) MoveOption { return func(o *moveOptions) { o.onMoved = fn } }
 
 // Planned makes the move a planned one (DESIGN section 5): the new pin has
 // CatchUp set, so the new owner starts writing only after it has caught up on
@@ -414,6 +421,10 @@ func (d *Directory) Drain(ctx context.Context, from, to string, notBefore time.T
 	if from == to {
 		return nil, fmt.Errorf("epoch: drain from %q to itself", from)
 	}
+	var o moveOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	pins, err := d.Pins(ctx)
 	if err != nil {
 		return nil, err
@@ -428,6 +439,9 @@ func (d *Directory) Drain(ctx context.Context, from, to string, notBefore time.T
 			np, err := d.Move(ctx, p.Range, p.Epoch, to, nb, opts...)
 			if err == nil {
 				moved = append(moved, np)
+				if o.onMoved != nil {
+					o.onMoved(np)
+				}
 				break
 			}
 			if !errors.Is(err, epoch.ErrEpochChanged) {

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -149,5 +151,62 @@ func TestPinsReadClusterMeta(t *testing.T) {
 	}
 	if _, _, err := ctl("pins", "list"); exitCode(err) != exitFailure || !strings.Contains(err.Error(), "no likes cluster") {
 		t.Fatalf("pins list on an empty etcd: %v", err)
+	}
+}
+
+// TestRegionsJSON: `regions -o json` reads every live region's status; a
+// region whose status cannot be read makes the result partial: its entry
+// says why, "truncated" is true, the table says PARTIAL, and the exit status is 1.
+func TestRegionsJSON(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded etcd")
+	}
+	t.Setenv("LIKES_AUTH_SECRET", "")
+	e := epochtest.StartEmbedded(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cli, err := etcdepoch.NewClient(e.Endpoints())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	cfg, _ := epoch.Config{Ranges: 4}.WithDefaults()
+	d, err := etcdepoch.NewDirectory(cli, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Init(ctx, 4, []string{"a", "b"}); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"region":"a","asOf":"2026-01-01T00:00:00Z","aggregatorLagEvents":3,"lastKeepaliveAgo":"1s","pinsOwned":2,
+			"replication":[{"Region":"b","LagEvents":7,"LastError":"","Active":true}]}`))
+	}))
+	t.Cleanup(srv.Close)
+	etcd := strings.Join(e.Endpoints(), ",")
+	start := func(name, http string) {
+		k, err := etcdepoch.StartKeepAlive(ctx, cli, etcdepoch.KeepAliveConfig{Config: cfg, Region: epoch.RegionInfo{Name: name, HTTP: http}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = k.Close() })
+	}
+	start("a", srv.URL)
+	out, _, err := likectl(t, "regions", "--etcd", etcd, "-o", "json")
+	var rj regionsJSON
+	if err != nil || json.Unmarshal([]byte(out), &rj) != nil || len(rj.Regions) != 1 || rj.Truncated {
+		t.Fatalf("regions -o json: %v\n%s", err, out)
+	}
+	if r := rj.Regions[0]; r.Name != "a" || r.AggregatorLag != 3 || r.PinsOwned != 2 || len(r.Replication) != 1 || r.Replication[0].LagEvents != 7 || r.Error != "" {
+		t.Fatalf("region a = %+v", r)
+	}
+	start("b", "http://"+freeAddr(t))
+	out, _, err = likectl(t, "regions", "--etcd", etcd, "-o", "json")
+	rj = regionsJSON{}
+	if exitCode(err) != exitFinding || json.Unmarshal([]byte(out), &rj) != nil || len(rj.Regions) != 2 || !rj.Truncated || rj.Regions[1].Error == "" {
+		t.Fatalf("regions with one unreachable: %v\n%s", err, out)
+	}
+	if out, _, err := likectl(t, "regions", "--etcd", etcd); exitCode(err) != exitFinding || !strings.Contains(out, "PARTIAL") {
+		t.Fatalf("regions table: %v\n%s", err, out)
 	}
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,6 +14,10 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/likes-dev/likes/stream/kafkalog"
 )
@@ -53,6 +59,7 @@ JSON: {"topic", "dlqTopic", "start", "end", "next", "records": [{"dlqOffset", "t
 type kafkaFlags struct {
 	brokers, topic, region string
 	timeout                time.Duration
+	tlsCA, tlsCert, tlsKey string
 }
 
 func (k *kafkaFlags) register(fs *flag.FlagSet) {
@@ -64,6 +71,39 @@ func (k *kafkaFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.topic, "topic", "", "the region's log topic (its DLQ is TOPIC.dlq)")
 	fs.StringVar(&k.region, "region", "", "the region whose default topic likes.REGION.log to use (instead of --topic)")
 	fs.DurationVar(&k.timeout, "timeout", 30*time.Second, "overall deadline")
+	fs.StringVar(&k.tlsCA, "kafka-tls-ca", "", "connect to the brokers over TLS, verifying their certificates with this CA (PEM)")
+	fs.StringVar(&k.tlsCert, "kafka-tls-cert", "", "client certificate for the brokers (PEM; with --kafka-tls-key)")
+	fs.StringVar(&k.tlsKey, "kafka-tls-key", "", "the client certificate's key (PEM)")
+}
+
+// tlsConfig is the brokers' TLS configuration, nil without --kafka-tls-*.
+func (k *kafkaFlags) tlsConfig() (*tls.Config, error) {
+	if k.tlsCA == "" && k.tlsCert == "" && k.tlsKey == "" {
+		return nil, nil
+	}
+	if k.tlsCA == "" {
+		return nil, usagef("dlq: --kafka-tls-ca is required with --kafka-tls-cert/--kafka-tls-key")
+	}
+	if (k.tlsCert == "") != (k.tlsKey == "") {
+		return nil, usagef("dlq: --kafka-tls-cert and --kafka-tls-key go together")
+	}
+	pem, err := os.ReadFile(k.tlsCA)
+	if err != nil {
+		return nil, usagef("dlq: --kafka-tls-ca: %v", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, usagef("dlq: --kafka-tls-ca %s holds no PEM certificate", k.tlsCA)
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
+	if k.tlsCert != "" {
+		kp, err := tls.LoadX509KeyPair(k.tlsCert, k.tlsKey)
+		if err != nil {
+			return nil, usagef("dlq: --kafka-tls-cert/--kafka-tls-key: %v", err)
+		}
+		c.Certificates = []tls.Certificate{kp}
+	}
+	return c, nil
 }
 
 func (k *kafkaFlags) config() (kafkalog.Config, error) {
@@ -88,7 +128,14 @@ func (k *kafkaFlags) config() (kafkalog.Config, error) {
 	if k.timeout <= 0 {
 		return kafkalog.Config{}, usagef("dlq: --timeout must be positive")
 	}
+	tc, err := k.tlsConfig()
+	if err != nil {
+		return kafkalog.Config{}, err
+	}
 	cfg := kafkalog.Config{Brokers: brokers, Topic: topic, ClientID: "likectl", ProduceTimeout: k.timeout}
+	if tc != nil {
+		cfg.Opts = append(cfg.Opts, kgo.DialTLSConfig(tc))
+	}
 	if err := cfg.Validate(); err != nil {
 		return kafkalog.Config{}, usagef("dlq: %v", err)
 	}
@@ -271,10 +318,18 @@ func dlqList(ctx context.Context, d *kafkalog.DLQ, cfg kafkalog.Config, from int
 	return nil
 }
 
+// oneLine makes a free-form string from the outside (a DLQ header, a
+// region's answer) safe for one table cell: no control characters (a hostile
+// value could carry terminal escapes), at most 120 runes.
 func oneLine(s string) string {
-	s = strings.ReplaceAll(s, "\n", " ")
-	if len(s) > 120 {
-		s = s[:117] + "..."
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || r == utf8.RuneError {
+			return '?'
+		}
+		return r
+	}, s)
+	if r := []rune(s); len(r) > 120 {
+		s = string(r[:117]) + "..."
 	}
 	return s
 }

@@ -183,7 +183,7 @@ func pinsCommand() *command {
 		long:    pinsLong,
 		subs: []*command{
 			leaf("list", "every range: home, owner region, epoch, notBefore, catching up", "pins list [-o table|json]",
-				`JSON: {"cluster": {layout, ranges, leaseTTLMs, maxSkewMs, createdAt, legacy},
+				`JSON: {"cluster": {layout, ranges, leaseTTLMs, maxSkewMs, createdAt, homes, legacy},
   "pins": [{"range", "home", "region", "epoch", "notBefore" (RFC 3339, omitted when zero),
             "catchUp", "from"}],
   "owned": {region: ranges}, "away", "catchingUp", "missing": [ranges without a pin],
@@ -374,7 +374,7 @@ func pinsList(ctx context.Context, d *etcdepoch.Directory, cn *conn, out outputF
 		for _, p := range res.Pins {
 			state := "writable"
 			if p.CatchUp {
-				state = "catching up (planned move from " + p.From + ")"
+				state = "catching up (planned move from " + oneLine(p.From) + ")"
 			}
 			home, nb := p.Home, p.NotBefore
 			if home == "" {
@@ -383,7 +383,7 @@ func pinsList(ctx context.Context, d *etcdepoch.Directory, cn *conn, out outputF
 			if nb == "" {
 				nb = time.Time{}.Format(time.RFC3339Nano)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\n", p.Range, home, p.Region, p.Epoch, nb, state)
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\n", p.Range, oneLine(home), oneLine(p.Region), p.Epoch, nb, state)
 		}
 		_ = tw.Flush()
 		var regions []string
@@ -392,7 +392,7 @@ func pinsList(ctx context.Context, d *etcdepoch.Directory, cn *conn, out outputF
 		}
 		sort.Strings(regions)
 		for _, r := range regions {
-			fmt.Fprintf(stdout, "%s owns %d ranges\n", r, res.Owned[r])
+			fmt.Fprintf(stdout, "%s owns %d ranges\n", oneLine(r), res.Owned[r])
 		}
 		if res.CatchingUp > 0 {
 			fmt.Fprintf(stdout, "%d ranges refuse writes until their new owner has caught up on every live region's log\n", res.CatchingUp)
@@ -762,14 +762,14 @@ func regions(ctx context.Context, d *etcdepoch.Directory, ac *adminClient, out o
 		fmt.Fprintln(tw, "REGION\tHTTP\tLEASE\tKEEPALIVE AGO\tPINS\tASOF\tAGG LAG\tREPLICATION (peer: lag events, last error)")
 		for _, r := range res.Regions {
 			if r.Error != "" {
-				fmt.Fprintf(tw, "%s\t%s\talive\t?\t?\t?\t?\t%s\n", r.Name, r.HTTP, r.Error)
+				fmt.Fprintf(tw, "%s\t%s\talive\t?\t?\t?\t?\t%s\n", oneLine(r.Name), oneLine(r.HTTP), oneLine(r.Error))
 				continue
 			}
 			var peers []string
 			for _, p := range r.Replication {
-				s := fmt.Sprintf("%s: %d", p.Region, p.LagEvents)
+				s := fmt.Sprintf("%s: %d", oneLine(p.Region), p.LagEvents)
 				if p.LastError != "" {
-					s += " (" + p.LastError + ")"
+					s += " (" + oneLine(p.LastError) + ")"
 				}
 				peers = append(peers, s)
 			}
@@ -777,7 +777,7 @@ func regions(ctx context.Context, d *etcdepoch.Directory, ac *adminClient, out o
 			if r.PinsCatchingUp > 0 {
 				pins += fmt.Sprintf(" (%d catching up)", r.PinsCatchingUp)
 			}
-			fmt.Fprintf(tw, "%s\t%s\talive\t%s\t%s\t%s\t%d\t%s\n", r.Name, r.HTTP, r.KeepaliveAgo, pins, r.AsOf, r.AggregatorLag, strings.Join(peers, "; "))
+			fmt.Fprintf(tw, "%s\t%s\talive\t%s\t%s\t%s\t%d\t%s\n", oneLine(r.Name), oneLine(r.HTTP), oneLine(r.KeepaliveAgo), pins, oneLine(r.AsOf), r.AggregatorLag, strings.Join(peers, "; "))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -869,7 +869,7 @@ func reconcile(ctx context.Context, ac *adminClient, url, item string, heal bool
 			return err
 		}
 	} else {
-		fmt.Fprintf(stdout, "region %s: %d items checked, %d mismatched, %d healed\n", rep.Region, rep.Items, len(rep.Mismatched), rep.Healed)
+		fmt.Fprintf(stdout, "region %s: %d items checked, %d mismatched, %d healed\n", oneLine(rep.Region), rep.Items, len(rep.Mismatched), rep.Healed)
 		for _, m := range rep.Mismatched {
 			fmt.Fprintf(stdout, "  %q: %d liked edges, cells sum to %d (mismatch %+d)\n", m.Item, m.Liked, m.Cells, m.Mismatch)
 		}

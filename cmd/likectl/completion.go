@@ -129,9 +129,15 @@ _likectl() {
 	for _, p := range append([]string{""}, t.paths...) {
 		fmt.Fprintf(&b, "\t(%q) compadd -- %s ;;\n", p, strings.Join(t.words[p], " "))
 	}
+	// Sourced: register the function. Autoloaded from $fpath as _likectl:
+	// this file is the function's body, so run it.
 	b.WriteString(`	esac
 }
-compdef _likectl likectl
+if [[ "${funcstack[1]}" == "_likectl" ]]; then
+	_likectl "$@"
+else
+	compdef _likectl likectl
+fi
 `)
 	_, err := io.WriteString(w, b.String())
 	return err

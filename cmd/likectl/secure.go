@@ -30,6 +30,7 @@ var errFlags = fmt.Errorf("%w: likectl", errUsage)
 type signer struct {
 	privateKey, issuer, audience, keyID string
 	warn                                io.Writer
+	warned                              bool // the development-secret warning, once per command
 }
 
 func (s *signer) register(fs *flag.FlagSet) {
@@ -52,7 +53,8 @@ func (s *signer) sign(user string, admin bool, ttl time.Duration) (string, error
 		}
 	} else {
 		secret, isDefault := auth.SecretFromEnv()
-		if isDefault && s.warn != nil {
+		if isDefault && s.warn != nil && !s.warned {
+			s.warned = true
 			fmt.Fprintln(s.warn, "likectl: warning: LIKES_AUTH_SECRET is not set and no --private-key; signing with the public development secret")
 		}
 		key = secret

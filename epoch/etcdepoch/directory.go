@@ -137,7 +137,17 @@ func (d *Directory) Init(ctx context.Context, ranges int, regions []string) erro
 		if len(kvs) == 1 && string(kvs[0].Value) != want {
 			return fmt.Errorf("%w: cluster was created with %s ranges, not %d", ErrMetaMismatch, kvs[0].Value, ranges)
 		}
-		if err := d.initMeta(ctx, resp.Responses[1].GetResponseRange().Kvs, meta, enc, want); err != nil {
+		if len(kvs) == 0 {
+			// Metadata without a range count (deleted by hand): check the
+			// metadata, then restore the count and the homes.
+			if err := d.checkMeta(resp.Responses[1].GetResponseRange().Kvs, meta); err != nil {
+				return err
+			}
+			if _, err := d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(mk), "=", 0)).
+				Then(clientv3.OpPut(mk, want), clientv3.OpPut(d.cfg.HomesKey(), strings.Join(regions, ","))).Commit(); err != nil {
+				return fmt.Errorf("epoch: init: %w", err)
+			}
+		} else if err := d.initMeta(ctx, resp.Responses[1].GetResponseRange().Kvs, meta, enc, want); err != nil {
 			return err
 		}
 	}
@@ -156,14 +166,7 @@ func (d *Directory) initMeta(ctx context.Context, kvs []*mvccpb.KeyValue, meta c
 	metaKey := MetaKey(d.cfg)
 	for attempt := 0; ; attempt++ {
 		if len(kvs) == 1 {
-			stored, err := clustermeta.Decode(kvs[0].Value)
-			if err != nil {
-				return fmt.Errorf("epoch: init: %s: %w", metaKey, err)
-			}
-			if diff := stored.Diff(meta); len(diff) > 0 {
-				return fmt.Errorf("%w: %s (the cluster's parameters are fixed at its creation)", ErrMetaMismatch, strings.Join(diff, "; "))
-			}
-			return nil
+			return d.checkMeta(kvs, meta)
 		}
 		if attempt > 0 {
 			return fmt.Errorf("epoch: init: %s vanished while being written", metaKey)
@@ -185,6 +188,22 @@ func (d *Directory) initMeta(ctx context.Context, kvs []*mvccpb.KeyValue, meta c
 			return fmt.Errorf("epoch: init: %s changed while the metadata was written", mk)
 		}
 	}
+}
+
+// checkMeta compares the stored metadata (kvs: a read of its key, one
+// value) with meta.
+func (d *Directory) checkMeta(kvs []*mvccpb.KeyValue, meta clustermeta.Meta) error {
+	if len(kvs) != 1 {
+		return fmt.Errorf("epoch: init: %s: no metadata and no creation", MetaKey(d.cfg))
+	}
+	stored, err := clustermeta.Decode(kvs[0].Value)
+	if err != nil {
+		return fmt.Errorf("epoch: init: %s: %w", MetaKey(d.cfg), err)
+	}
+	if diff := stored.Diff(meta); len(diff) > 0 {
+		return fmt.Errorf("%w: %s (the cluster's parameters are fixed at its creation)", ErrMetaMismatch, strings.Join(diff, "; "))
+	}
+	return nil
 }
 
 // ErrMetaMismatch is wrapped by Init when the cluster exists with other

@@ -79,6 +79,23 @@ func TestInitWritesClusterMeta(t *testing.T) {
 		t.Fatalf("metadata of an upgraded cluster: %+v %v", m, err)
 	}
 
+	// Metadata without a range count (deleted by hand): Init restores it.
+	if _, err := cli.Delete(ctx, cfg.RangesKey()); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Init(ctx, 8, []string{"a", "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := cli.Get(ctx, cfg.RangesKey()); err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "8" {
+		t.Fatalf("range count after Init: %v %v", resp, err)
+	}
+	if _, err := cli.Delete(ctx, cfg.RangesKey()); err != nil {
+		t.Fatal(err)
+	}
+	if err := newDirectory(t, cli, other).Init(ctx, 8, []string{"a"}); !errors.Is(err, etcdepoch.ErrMetaMismatch) {
+		t.Fatalf("Init with other parameters over metadata without a range count: %v", err)
+	}
+
 	// Hostile values: readers and Init refuse them by name.
 	bad := epochtest.Config(t, 4)
 	for _, v := range []string{`{"layout":1,"ranges":4,"leaseTTLMs":-1,"maxSkewMs":0}`, `garbage`, `{"layout":9}`} {

@@ -21,11 +21,17 @@ import (
 // an older build (a range count, no metadata) gets it on its next Init; a
 // hostile value is a clear error for the readers and for Init.
 func TestInitWritesClusterMeta(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts an embedded etcd")
-	}
-	e := epochtest.StartEmbedded(t)
-	cli := epochtest.Clients(e.Endpoints())(t)
+	t.Run("embedded", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("starts an embedded etcd")
+		}
+		testInitMeta(t, epochtest.StartEmbedded(t).Endpoints())
+	})
+	t.Run("external", func(t *testing.T) { testInitMeta(t, epochtest.EndpointsFromEnv(t)) })
+}
+
+func testInitMeta(t *testing.T, endpoints []string) {
+	cli := epochtest.Clients(endpoints)(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 

@@ -97,6 +97,19 @@ func (c *command) sub(name string) *command {
 
 func isHelp(a string) bool { return a == "-h" || a == "--help" || a == "-help" }
 
+// hasHelp reports whether args ask for help before any "--".
+func hasHelp(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if isHelp(a) {
+			return true
+		}
+	}
+	return false
+}
+
 // execute walks args down the tree from root and runs the command found.
 func execute(ctx context.Context, root *command, args []string, e *env) error {
 	cur, path := root, []string{root.name}
@@ -114,6 +127,10 @@ func execute(ctx context.Context, root *command, args []string, e *env) error {
 			return help(root, args[1:], e)
 		}
 		next := cur.sub(a)
+		if next == nil && hasHelp(args) {
+			fmt.Fprint(e.stdout, helpText(cur, path, nil))
+			return nil
+		}
 		if next == nil {
 			return usagef("unknown command %q for %q (want %s; see %s -h)", a, strings.Join(path, " "), subNames(cur), strings.Join(path, " "))
 		}
@@ -127,6 +144,12 @@ func execute(ctx context.Context, root *command, args []string, e *env) error {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	run := cur.setup(fs, e)
+	// -h anywhere (before "--") is help, as in kubectl: after a positional
+	// argument or a bad flag too.
+	if hasHelp(args) {
+		fmt.Fprint(e.stdout, helpText(cur, path, fs))
+		return nil
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(e.stdout, helpText(cur, path, fs))

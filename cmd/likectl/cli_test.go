@@ -85,6 +85,9 @@ func TestHelpEverywhereWithoutNetwork(t *testing.T) {
 			append([]string{"help"}, path...),
 		}
 		// A leaf's -h wins over the flags around it, etcd's included.
+		if len(path) > 0 {
+			forms = append(forms, append(append([]string(nil), path...), "--frobnicate", "extra", "-h"))
+		}
 		if etcdCmds[strings.Join(path, " ")] {
 			forms = append(forms, append(append([]string(nil), path...), "--etcd", url, "-h"))
 		}

@@ -117,20 +117,15 @@ func migrateCommand() *command {
 		summary:  "create or upgrade the Cassandra schema (versioned, idempotent)",
 		rawFlags: []string{"hosts", "keyspace", "replication", "timeout", "status"},
 		raw: func(ctx context.Context, args []string, e *env) error {
-			for _, a := range args {
-				if a == "--" {
-					break
+			if hasHelp(args) { // its flag set prints defaults on its error output
+				fmt.Fprintln(e.stdout, "Usage: likectl migrate --keyspace NAME [--hosts h:p,...] [--replication MAP] [--timeout 2m] [--status]")
+				fmt.Fprintln(e.stdout, "\ncreate or upgrade the Cassandra schema of a region's keyspace (versioned, idempotent)")
+				fmt.Fprintln(e.stdout, "\nFlags:")
+				err := cassandra.MigrateCommand(ctx, []string{"-h"}, e.stdout, e.stdout)
+				if err != nil && !errors.Is(err, flag.ErrHelp) {
+					return err
 				}
-				if isHelp(a) { // its flag set prints defaults on its error output
-					fmt.Fprintln(e.stdout, "Usage: likectl migrate --keyspace NAME [--hosts h:p,...] [--replication MAP] [--timeout 2m] [--status]")
-					fmt.Fprintln(e.stdout, "\ncreate or upgrade the Cassandra schema of a region's keyspace (versioned, idempotent)")
-					fmt.Fprintln(e.stdout, "\nFlags:")
-					err := cassandra.MigrateCommand(ctx, []string{"-h"}, e.stdout, e.stdout)
-					if err != nil && !errors.Is(err, flag.ErrHelp) {
-						return err
-					}
-					return nil
-				}
+				return nil
 			}
 			err := cassandra.MigrateCommand(ctx, args, e.stdout, e.stderr)
 			if err != nil && isFlagError(err) {

@@ -27,6 +27,9 @@ var (
 	// ErrTransport: no (complete) answer: the connection failed, was cut off
 	// or the attempt timed out. The underlying error stays in the chain.
 	ErrTransport = errors.New("client: transport failure")
+	// ErrAnswerCut: the status line arrived but the body was cut off (always
+	// with ErrTransport; the request may have been applied).
+	ErrAnswerCut = errors.New("client: answer cut off")
 	// ErrBadAnswer: a success status whose body does not decode.
 	ErrBadAnswer = errors.New("client: malformed answer")
 	// ErrInvalidArgument: an argument the API would refuse (no request is sent).
@@ -482,10 +485,10 @@ func (c *Client) attempt(ctx context.Context, r request, n int, tok, sess string
 	a.Status, a.Header = res.StatusCode, res.Header
 	out := response{status: res.StatusCode, header: res.Header, body: raw}
 	if err != nil {
-		a.Err = fmt.Errorf("%w: %s: reading the %d answer: %w", ErrTransport, r.op, res.StatusCode, err)
+		a.Err = fmt.Errorf("%w: %w: %s: reading the %d answer: %w", ErrTransport, ErrAnswerCut, r.op, res.StatusCode, err)
 		return out, a, a.Err
 	}
-	if res.StatusCode >= 400 {
+	if res.StatusCode/100 != 2 && res.StatusCode != http.StatusNotModified {
 		e := &Error{Status: res.StatusCode}
 		var eb struct {
 			Error struct {

@@ -37,11 +37,13 @@
 //
 // # Errors
 //
-// An HTTP error answer is an *Error (errors.As) with the status, the API's
-// error code (CodeRateLimited, CodeUserErased, …), the message and the
-// Retry-After. No answer at all is ErrTransport (the net error stays in the
-// chain); a 2xx whose body does not decode is ErrBadAnswer; an argument the
-// server would refuse anyway is ErrInvalidArgument, before any request.
+// An HTTP answer other than 2xx and 304 is an *Error (errors.As) with the
+// status, the API's error code (CodeRateLimited, CodeUserErased, …), the
+// message and the Retry-After. No answer at all is ErrTransport (the net error
+// stays in the chain; with ErrAnswerCut too when the body was cut off after
+// the status line); a 2xx whose body does not decode is ErrBadAnswer; an
+// argument the server would refuse anyway is ErrInvalidArgument, before any
+// request.
 //
 // # Concurrency
 //

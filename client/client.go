@@ -312,6 +312,7 @@ type callOpts struct {
 	session     *string
 	anonymous   bool
 	ifNoneMatch string
+	onAttempt   func(Attempt)
 }
 
 // IdempotencyKey sets the call's key (Like, Unlike) instead of a generated
@@ -328,6 +329,10 @@ func SessionToken(tok string) CallOption { return func(o *callOpts) { o.session 
 
 // Anonymous sends no Authorization (a public, cacheable BatchGet).
 func Anonymous() CallOption { return func(o *callOpts) { o.anonymous = true } }
+
+// OnAttempt calls f after each attempt of this call (after the client's
+// WithObserver), from the calling goroutine.
+func OnAttempt(f func(Attempt)) CallOption { return func(o *callOpts) { o.onAttempt = f } }
 
 // IfNoneMatch sends an ETag (Count, BatchGet); a match answers NotModified.
 func IfNoneMatch(etag string) CallOption { return func(o *callOpts) { o.ifNoneMatch = etag } }
@@ -376,17 +381,17 @@ func (c *Client) do(ctx context.Context, r request, o callOpts) (response, error
 					c.session.Set(s)
 				}
 			}
-			c.observe(a)
+			c.observe(a, o)
 			return res, nil
 		}
 		last = err
 		wait, retry := c.backoff(ctx, err, n, waited)
 		if !retry {
-			c.observe(a)
+			c.observe(a, o)
 			return res, err
 		}
 		a.Wait = wait
-		c.observe(a)
+		c.observe(a, o)
 		if err := c.sleep(ctx, wait); err != nil {
 			return response{}, fmt.Errorf("client: %s: %w (last attempt: %w)", r.op, err, last)
 		}
@@ -394,9 +399,12 @@ func (c *Client) do(ctx context.Context, r request, o callOpts) (response, error
 	}
 }
 
-func (c *Client) observe(a Attempt) {
+func (c *Client) observe(a Attempt, o callOpts) {
 	if c.observer != nil {
 		c.observer(a)
+	}
+	if o.onAttempt != nil {
+		o.onAttempt(a)
 	}
 }
 

@@ -446,3 +446,34 @@ func TestWithoutRetries(t *testing.T) {
 		t.Fatalf("observed %+v", seen)
 	}
 }
+
+// TestOnAttemptSeesEveryAttempt: the per-call observer sees each attempt
+// with its status, code, key and the wait that followed it.
+func TestOnAttemptSeesEveryAttempt(t *testing.T) {
+	// lost first: on a fresh connection (net/http itself re-sends a request
+	// with an Idempotency-Key once when a reused idle connection turns out
+	// closed, which the client cannot see).
+	_, srv := newFake(t, lost, unavailable)
+	rec := &recorder{}
+	c := newClient(t, srv.URL, rec)
+	var seen []client.Attempt
+	a, err := c.Like(context.Background(), "doc", client.OnAttempt(func(x client.Attempt) { seen = append(seen, x) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 3 {
+		t.Fatalf("observed %d attempts, want 3", len(seen))
+	}
+	want := []struct {
+		status int
+		code   string
+		err    bool
+		wait   bool
+	}{{0, "", true, true}, {503, client.CodeOverloaded, true, true}, {200, "", false, false}}
+	for i, w := range want {
+		x := seen[i]
+		if x.N != i+1 || x.Key != a.Key || x.Status != w.status || x.Code != w.code || (x.Err != nil) != w.err || (x.Wait > 0) != w.wait || x.Op != "like" {
+			t.Fatalf("attempt %d: %+v, want %+v", i+1, x, w)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -18,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -404,4 +406,45 @@ func TestMain(m *testing.M) {
 		coverage.mu.Unlock()
 	}
 	os.Exit(code)
+}
+
+// TestContractOperatorAnswers exercises the answers no other test reads in
+// full (a log page with events, an unready region, a mismatched reconcile
+// after healing, the metrics text), so the contract checks them too.
+func TestContractOperatorAnswers(t *testing.T) {
+	e := newRegionEnv(t, nil)
+	admin := e.token("root", true)
+	for i, u := range []string{"a", "b"} {
+		mustAnswer(t, e.like(e.token(u, false), "ops-item", fmt.Sprint("k", i)), true, true)
+	}
+	e.countAfter("ops-item", time.Now())
+	events := 0
+	for p := range 4 {
+		r := e.do(call{method: "GET", path: fmt.Sprintf("/v1/admin/log?partition=%d&limit=10", p), token: admin})
+		if r.status != http.StatusOK {
+			t.Fatalf("log: %v", r)
+		}
+		var page struct {
+			Events []json.RawMessage `json:"events"`
+		}
+		if err := json.Unmarshal(r.body, &page); err != nil {
+			t.Fatal(err)
+		}
+		events += len(page.Events)
+	}
+	if events < 2 {
+		t.Fatalf("the log pages held %d events, want the 2 likes", events)
+	}
+	if r := e.do(call{method: "POST", path: "/v1/admin/reconcile", token: admin, body: []byte(`{"heal":true}`)}); r.status != http.StatusOK && r.status != http.StatusConflict {
+		t.Fatalf("reconcile heal: %v", r)
+	}
+	if r := e.do(call{method: "GET", path: "/metrics"}); r.status != http.StatusOK || !strings.Contains(string(r.body), "# TYPE") {
+		t.Fatalf("metrics: %d", r.status)
+	}
+	if r := e.do(call{method: "GET", path: "/v1/admin/status", token: admin}); r.status != http.StatusOK {
+		t.Fatalf("status: %v", r)
+	}
+	// An unready region answers 503 not_ready with Retry-After.
+	e.reg.AddReadyCheck("contract-test", func(context.Context) error { return errors.New("not today") })
+	wantError(t, e.do(call{method: "GET", path: "/readyz"}), http.StatusServiceUnavailable, "not_ready")
 }

@@ -448,3 +448,58 @@ func TestContractOperatorAnswers(t *testing.T) {
 	e.reg.AddReadyCheck("contract-test", func(context.Context) error { return errors.New("not today") })
 	wantError(t, e.do(call{method: "GET", path: "/readyz"}), http.StatusServiceUnavailable, "not_ready")
 }
+
+// requestCheck validates every request against the document before sending
+// it (for a well-behaved client such as package client; the api tests send
+// invalid requests on purpose and do not use it).
+type requestCheck struct {
+	t    testing.TB
+	base http.RoundTripper
+}
+
+func (c *requestCheck) RoundTrip(req *http.Request) (*http.Response, error) {
+	doc := spec(c.t)
+	route, params, ok := findRoute(doc, req)
+	if !ok {
+		c.t.Errorf("request %s %s is not in api/openapi.yaml", req.Method, req.URL.EscapedPath())
+		return c.base.RoundTrip(req)
+	}
+	var body []byte
+	if req.Body != nil {
+		b, err := io.ReadAll(req.Body)
+		_ = req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		body = b
+	}
+	check := req.Clone(req.Context())
+	check.Body = io.NopCloser(bytes.NewReader(body))
+	in := &openapi3filter.RequestValidationInput{
+		Request: check, PathParams: params, Route: route,
+		Options: &openapi3filter.Options{AuthenticationFunc: func(_ context.Context, ai *openapi3filter.AuthenticationInput) error {
+			if req.Header.Get("Authorization") == "" {
+				return errors.New("no bearer token")
+			}
+			return nil
+		}, MultiError: true},
+	}
+	if err := openapi3filter.ValidateRequest(req.Context(), in); err != nil {
+		c.t.Errorf("request %s %s (%s) does not match api/openapi.yaml: %v", req.Method, req.URL.EscapedPath(), route.Operation.OperationID, err)
+	}
+	if body != nil {
+		req.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	return c.base.RoundTrip(req)
+}
+
+// checkRequests wraps a client so its requests are validated too.
+func checkRequests(t testing.TB, c *http.Client) *http.Client {
+	cc := *c
+	base := cc.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	cc.Transport = &requestCheck{t: t, base: base}
+	return &cc
+}

@@ -503,3 +503,17 @@ func checkRequests(t testing.TB, c *http.Client) *http.Client {
 	cc.Transport = &requestCheck{t: t, base: base}
 	return &cc
 }
+
+// TestServesOpenAPI: GET /v1/openapi.yaml is the embedded document, with an
+// ETag that answers 304.
+func TestServesOpenAPI(t *testing.T) {
+	e := newKit(t, kitOptions{})
+	r := e.do(call{method: "GET", path: "/v1/openapi.yaml"})
+	if r.status != http.StatusOK || !bytes.Equal(r.body, api.OpenAPI) || r.header.Get("Content-Type") != "application/yaml" {
+		t.Fatalf("GET /v1/openapi.yaml: %d %q, %d bytes", r.status, r.header.Get("Content-Type"), len(r.body))
+	}
+	etag := r.header.Get("ETag")
+	if r := e.do(call{method: "GET", path: "/v1/openapi.yaml", header: map[string]string{"If-None-Match": etag}}); r.status != http.StatusNotModified {
+		t.Fatalf("If-None-Match: %v", r)
+	}
+}

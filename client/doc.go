@@ -23,6 +23,10 @@
 //     would overrun the budget or the context's deadline ends the call at once
 //     with the last error.
 //   - Context cancellation ends the call (and any wait) at once.
+//   - Below the client, net/http itself re-sends a request that carries an
+//     Idempotency-Key once when a reused keep-alive connection turns out
+//     closed before any answer; it sends the same key, so this is safe, but
+//     such a re-send is not an attempt the client (or WithObserver) sees.
 //
 // WithoutRetries makes every call a single attempt; WithObserver sees every
 // attempt (key, status, code, error, timing), which a test harness that must

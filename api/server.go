@@ -141,6 +141,7 @@ func New(cfg Config) (*Server, error) {
 	s.route("GET /v1/admin/status", "status", s.status)
 	s.route("POST /v1/admin/reconcile", "reconcile", s.reconcile)
 	s.route("GET /v1/admin/log", "log", s.log)
+	s.route("GET /v1/openapi.yaml", "openapi", s.openapi)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "region": cfg.Region})
 	})

@@ -395,7 +395,7 @@ func (r *Region) kafkaConfig() kafkalog.Config {
 		Brokers: k.Brokers, Topic: k.Topic, Partitions: r.Backend.Partitions(), ReplicationFactor: k.ReplicationFactor,
 		ClientID:     "likes-" + r.cfg.Name,
 		PollInterval: k.PollInterval, HeartbeatInterval: k.HeartbeatInterval,
-		Opts:    kafkaTLS(k.TLS),
+		Opts:    append(kafkaTLS(k.TLS), r.kafkaM.Opt()),
 		OnError: func(p uint32, err error) { r.log.Warn("kafka relay failed; retrying", "partition", p, "err", err) },
 		OnPoison: func(p uint32, off int64, err error) {
 			r.log.Error("kafka log: undecodable record parked in the dead-letter topic", "partition", p, "offset", off, "err", err)

@@ -558,15 +558,6 @@ func openCaching(cfg Config) (caching, error) {
 	return c, nil
 }
 
-// ownWatermark is this region's watermark as its count store knows it.
-func (r *Region) ownWatermark(ctx context.Context) (int64, error) {
-	wm, err := r.Backend.Watermarks(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return wm[r.cfg.Name], nil
-}
-
 // kafkaTLS is the franz-go option that dials brokers over TLS, if any.
 func kafkaTLS(c *tls.Config) []kgo.Opt {
 	if c == nil {

@@ -56,7 +56,7 @@ func newReconMetrics() *reconMetrics {
 	return &reconMetrics{
 		mismatch: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "likes_reconcile_mismatch_items",
-			Help: "Items whose recount (LIKED edges) differed from their summed cells and stayed so on a re-check after the watermark passed the first check, in the last full background reconciliation pass (or more in the pass under way). Alert on nonzero.",
+			Help: "Items the background reconciler confirmed mismatched (LIKED edges differ from summed cells, the same on a re-check after the watermark passed the first check) and has not seen clean since. Alert on nonzero.",
 		}),
 		mismatches: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "likes_reconcile_mismatches_total",
@@ -95,33 +95,44 @@ type suspect struct {
 	mismatch  int64
 	checkedAt int64 // Unix ms of the last recount
 	attempts  int
-	pass      uint64
 }
+
+// reconcileSlack is how far past a suspect's check the region's asOf must be
+// before the re-check: an event's time is stamped before its commit, so an
+// aggregator may publish a watermark past an event still being committed.
+const reconcileSlack = 2 * time.Second
+
+// maxReconcileReported bounds the set of confirmed items kept for the gauge.
+const maxReconcileReported = 100_000
 
 // reconciler is the region's background reconciler: one goroutine that
 // samples the region's items at a bounded rate (rate recounts per second,
-// re-checks included) and keeps likes_reconcile_mismatch_items and
-// likes_reconcile_mismatches_total true without an operator.
+// re-checks included), pass after pass over the item listing, and keeps
+// likes_reconcile_mismatch_items and likes_reconcile_mismatches_total true
+// without an operator.
 //
 // Writes in flight make a recount differ from the summed cells for a while
 // (an edge committed but not yet folded by the aggregators, or replicated
 // here before the cells of its region), so a nonzero recount only makes the
 // item a suspect, stamped with the wall time t of that check. The suspect is
 // re-checked once this region's asOf (the min over regions of the
-// watermarks known here) has passed t: by then every event any region
-// committed before t has been folded into cells and those cells have
-// reached this region, so a difference that was only in flight at t is gone.
-// A suspect is confirmed when the re-check shows the same nonzero mismatch
-// (a real drift is constant; in-flight writes of a busy item move it); zero
-// clears it; another nonzero value makes it a suspect again, up to
-// maxReconcileAttempts re-checks, after which it is given up as unsettled.
-// A region whose asOf stops (a partitioned peer) holds its suspects
-// unconfirmed rather than guess.
+// watermarks known here) has passed t + reconcileSlack: by then every event
+// any region committed before t has been folded into cells and those cells
+// have reached this region, so a difference that was only in flight at t is
+// gone. A suspect is confirmed when the re-check shows the same nonzero
+// mismatch (a real drift is constant; the in-flight writes of a busy item
+// move it); zero clears it; another nonzero value makes it a suspect again,
+// up to maxReconcileAttempts re-checks, after which it is given up as
+// unsettled (sampled again next pass). A region whose asOf stops (a
+// partitioned peer) holds its suspects unconfirmed rather than guess.
 //
-// The mismatch gauge is the count of confirmed items of the last full pass
-// (a pass is finished once all of its items were sampled and all of its
-// suspects settled), or of a pass still under way once it has more. It never
-// heals: healing needs a quiescent region (likectl reconcile --heal).
+// The gauge is the number of items confirmed mismatched and not seen clean
+// since: an item leaves it when a later sample or re-check counts it equal
+// (after likectl reconcile --heal, or a late replication). So after a full
+// pass it is the mismatches of that pass. The counter counts each
+// confirmation once per item and amount: a drift left alone is not counted
+// again pass after pass. The reconciler never heals: healing needs a
+// quiescent region.
 //
 // Concurrency: all state is owned by the loop goroutine; Close stops it,
 // waits for it, and is idempotent.
@@ -129,6 +140,7 @@ type reconciler struct {
 	src   reconSource
 	clk   clock.Clock
 	every time.Duration
+	slack time.Duration
 	m     *reconMetrics
 	log   *slog.Logger
 
@@ -137,15 +149,11 @@ type reconciler struct {
 	once   sync.Once
 
 	// loop state
-	page       []string
-	after      string
-	listed     bool // the current pass has listed its last page
-	pass       uint64
-	pending    []suspect
-	open       map[uint64]int              // suspects not settled, by pass
-	confirmed  map[uint64]map[string]int64 // confirmed mismatches, by pass
-	unfinished uint64                      // the oldest pass not finished
-	lastFull   map[string]int64            // confirmed mismatches of the last finished pass
+	page     []string
+	after    string
+	listed   bool // the current pass has listed its last page
+	pending  []suspect
+	reported map[string]int64 // confirmed and not seen clean since
 }
 
 // newReconciler returns a reconciler sampling rate items per second; call
@@ -159,8 +167,8 @@ func newReconciler(src reconSource, clk clock.Clock, rate float64, m *reconMetri
 		every = time.Millisecond
 	}
 	return &reconciler{
-		src: src, clk: clk, every: every, m: m, log: log, done: make(chan struct{}),
-		open: map[uint64]int{}, confirmed: map[uint64]map[string]int64{}, lastFull: map[string]int64{},
+		src: src, clk: clk, every: every, slack: reconcileSlack, m: m, log: log, done: make(chan struct{}),
+		reported: map[string]int64{},
 	}
 }
 
@@ -211,7 +219,7 @@ func (rc *reconciler) step(ctx context.Context) error {
 			return err
 		}
 		for i, s := range rc.pending {
-			if asOf > s.checkedAt {
+			if asOf > s.checkedAt+rc.slack.Milliseconds() {
 				return rc.recheck(ctx, i)
 			}
 		}
@@ -219,7 +227,7 @@ func (rc *reconciler) step(ctx context.Context) error {
 	return rc.sample(ctx)
 }
 
-// recheck recounts pending[i], whose first check the watermark has passed.
+// recheck recounts pending[i], whose check the watermark has passed.
 func (rc *reconciler) recheck(ctx context.Context, i int) error {
 	s := rc.pending[i]
 	now := rc.clk.Now().UnixMilli()
@@ -231,16 +239,16 @@ func (rc *reconciler) recheck(ctx context.Context, i int) error {
 	switch {
 	case res.Mismatch == 0:
 		rc.m.transient.Inc()
+		delete(rc.reported, s.item)
 	case res.Mismatch == s.mismatch:
-		if !rc.known(s.item, res.Mismatch) {
+		if m, ok := rc.reported[s.item]; !ok || m != res.Mismatch {
 			rc.m.mismatches.Inc()
+			rc.log.Warn("reconciliation mismatch: the item's summed cells differ from its LIKED edges (heal with likectl reconcile --heal)",
+				"item", s.item, "likedEdges", res.Liked, "cellSum", res.Cells, "mismatch", res.Mismatch)
 		}
-		if rc.confirmed[s.pass] == nil {
-			rc.confirmed[s.pass] = map[string]int64{}
+		if _, ok := rc.reported[s.item]; ok || len(rc.reported) < maxReconcileReported {
+			rc.reported[s.item] = res.Mismatch
 		}
-		rc.confirmed[s.pass][s.item] = res.Mismatch
-		rc.log.Warn("reconciliation mismatch: the item's summed cells differ from its LIKED edges (heal with likectl reconcile --heal)",
-			"item", s.item, "likedEdges", res.Liked, "cellSum", res.Cells, "mismatch", res.Mismatch)
 	case s.attempts+1 < maxReconcileAttempts:
 		rc.pending[i].mismatch, rc.pending[i].checkedAt, rc.pending[i].attempts = res.Mismatch, now, s.attempts+1
 		return nil
@@ -248,16 +256,16 @@ func (rc *reconciler) recheck(ctx context.Context, i int) error {
 		rc.m.unsettled.Inc()
 	}
 	rc.pending = append(rc.pending[:i], rc.pending[i+1:]...)
-	rc.open[s.pass]--
-	rc.settle()
+	rc.m.mismatch.Set(float64(len(rc.reported)))
 	return nil
 }
 
 // sample recounts the next item of the pass (listing a page when needed).
 func (rc *reconciler) sample(ctx context.Context) error {
 	if len(rc.page) == 0 {
-		if rc.listed {
-			rc.nextPass()
+		if rc.listed { // the pass is over: start the next from the first item
+			rc.m.passes.Inc()
+			rc.after, rc.listed = "", false
 		}
 		items, err := rc.src.Items(ctx, rc.after, reconcilePage)
 		if err != nil {
@@ -280,53 +288,16 @@ func (rc *reconciler) sample(ctx context.Context) error {
 	}
 	rc.page = rc.page[1:]
 	rc.m.checked.Inc()
-	if res.Mismatch != 0 && len(rc.pending) < maxReconcilePending && !rc.suspected(item) {
-		rc.pending = append(rc.pending, suspect{item: item, mismatch: res.Mismatch, checkedAt: now, pass: rc.pass})
-		rc.open[rc.pass]++
+	switch {
+	case res.Mismatch == 0:
+		if _, ok := rc.reported[item]; ok {
+			delete(rc.reported, item)
+			rc.m.mismatch.Set(float64(len(rc.reported)))
+		}
+	case len(rc.pending) < maxReconcilePending && !rc.suspected(item):
+		rc.pending = append(rc.pending, suspect{item: item, mismatch: res.Mismatch, checkedAt: now})
 	}
 	return nil
-}
-
-// nextPass starts a new pass from the first item.
-func (rc *reconciler) nextPass() {
-	rc.m.passes.Inc()
-	rc.pass++
-	rc.after, rc.listed = "", false
-	rc.settle()
-}
-
-// settle finishes, oldest first, every pass that is fully sampled and has
-// no suspect left, and sets the gauge.
-func (rc *reconciler) settle() {
-	for rc.unfinished < rc.pass && rc.open[rc.unfinished] == 0 {
-		rc.lastFull = rc.confirmed[rc.unfinished]
-		if rc.lastFull == nil {
-			rc.lastFull = map[string]int64{}
-		}
-		delete(rc.open, rc.unfinished)
-		delete(rc.confirmed, rc.unfinished)
-		rc.unfinished++
-	}
-	g := len(rc.lastFull)
-	for _, c := range rc.confirmed {
-		g = max(g, len(c))
-	}
-	rc.m.mismatch.Set(float64(g))
-}
-
-// known reports whether item was already confirmed with this mismatch in
-// the last finished pass or a pass under way: the counter counts a drift
-// once, not once per pass while nobody heals it.
-func (rc *reconciler) known(item string, mismatch int64) bool {
-	if m, ok := rc.lastFull[item]; ok && m == mismatch {
-		return true
-	}
-	for _, c := range rc.confirmed {
-		if m, ok := c[item]; ok && m == mismatch {
-			return true
-		}
-	}
-	return false
 }
 
 // suspected reports whether item already waits for a re-check.

@@ -84,6 +84,7 @@ func TestReconcilerConfirmsOnlyStableMismatches(t *testing.T) {
 	}
 	m := newReconMetrics()
 	rc := newReconciler(src, clk, 100, m, slog.New(slog.DiscardHandler))
+	rc.slack = 0 // the watermark passing the check is enough here
 	ctx := context.Background()
 	step := func() {
 		t.Helper()
@@ -148,10 +149,12 @@ func TestReconcilerConfirmsOnlyStableMismatches(t *testing.T) {
 }
 
 // TestReconcilerHoldsSuspectsWhileTheWatermarkStops: a region whose asOf
-// does not move (a partitioned peer) never confirms a suspect.
+// does not move past a check plus the slack (a partitioned peer) never
+// confirms a suspect.
 func TestReconcilerHoldsSuspectsWhileTheWatermarkStops(t *testing.T) {
 	clk := clock.NewFake(time.UnixMilli(1_000_000))
-	src := &fakeRecon{items: []string{"a"}, script: map[string][]int64{"a": {3}}, calls: map[string]int{}, asOf: 999_000}
+	// asOf stays within the slack of the first check.
+	src := &fakeRecon{items: []string{"a"}, script: map[string][]int64{"a": {3}}, calls: map[string]int{}, asOf: 1_000_000 + reconcileSlack.Milliseconds()}
 	m := newReconMetrics()
 	rc := newReconciler(src, clk, 100, m, slog.New(slog.DiscardHandler))
 	for range 50 {

@@ -4,10 +4,10 @@
 // promtool unit tests (alerts_test.yaml, run by `make test-rules`) and the
 // Grafana dashboard (dashboard.json).
 //
-// The package has no code: its test starts two real regions, scrapes their
+// The package has no code: its test starts two real regions in a cluster
+// and one on the Kafka log (an in-process fake Kafka), scrapes their
 // registries after a few writes and reads, and checks that every metric name
 // that a dashboard panel or an alert expression uses is one the service
-// really exports (or a recording rule of alerts.yaml, or a metric exported
-// only on the Kafka log, named with its reason), so a renamed metric cannot
-// silently empty a panel or mute an alert.
+// really exports (or a recording rule of alerts.yaml), so a renamed metric
+// cannot silently empty a panel or mute an alert.
 package monitoring

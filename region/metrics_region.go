@@ -152,6 +152,15 @@ func (r *Region) registerPipelineMetrics() {
 					}
 					return max(0, r.cfg.Clock.Now().Sub(time.UnixMilli(oldest)).Seconds()), true
 				}),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "likes_kafka_log_fetches_total",
+				Help: "Fetch requests the aggregators' Kafka log made.",
+			}, func() float64 {
+				if r.KafkaLog == nil {
+					return 0
+				}
+				return float64(r.KafkaLog.Stats().Fetches)
+			}),
 			r.kafkaM,
 		)
 	}

@@ -9,13 +9,16 @@ import (
 )
 
 // ClientMetrics are Kafka client metrics recorded through franz-go hooks:
-// records and bytes produced and fetched, broker connects and errors. Add
+// records and bytes produced, bytes written to and read from brokers (the
+// log's fetches are raw Fetch requests, so they count here, not as consumed
+// batches), broker connects and errors. Add
 // Opt to a Config's Opts so every client of the log, the relay and the
 // admin records into them; register it on a registry (it is a
 // prometheus.Collector). Safe for concurrent use (counters only).
 type ClientMetrics struct {
-	produced, producedBytes, fetched, fetchedBytes *prometheus.CounterVec
-	connects, connectErrs, writeErrs, readErrs     prometheus.Counter
+	produced, producedBytes                    *prometheus.CounterVec
+	written, read                              prometheus.Counter
+	connects, connectErrs, writeErrs, readErrs prometheus.Counter
 }
 
 var (
@@ -24,7 +27,6 @@ var (
 	_ kgo.HookBrokerWrite         = (*ClientMetrics)(nil)
 	_ kgo.HookBrokerRead          = (*ClientMetrics)(nil)
 	_ kgo.HookProduceBatchWritten = (*ClientMetrics)(nil)
-	_ kgo.HookFetchBatchRead      = (*ClientMetrics)(nil)
 )
 
 // NewClientMetrics returns unregistered Kafka client metrics.
@@ -38,8 +40,8 @@ func NewClientMetrics() *ClientMetrics {
 	return &ClientMetrics{
 		produced:      cv("likes_kafka_produced_records_total", "Records produced to Kafka (acked batches), by topic."),
 		producedBytes: cv("likes_kafka_produced_bytes_total", "Uncompressed bytes of the records produced to Kafka, by topic."),
-		fetched:       cv("likes_kafka_fetched_records_total", "Records fetched from Kafka, by topic."),
-		fetchedBytes:  cv("likes_kafka_fetched_bytes_total", "Uncompressed bytes of the records fetched from Kafka, by topic."),
+		written:       c("likes_kafka_broker_written_bytes_total", "Bytes of requests written to Kafka brokers."),
+		read:          c("likes_kafka_broker_read_bytes_total", "Bytes of responses read from Kafka brokers (fetches included)."),
 		connects:      c("likes_kafka_broker_connects_total", "Connections opened to Kafka brokers."),
 		connectErrs:   c("likes_kafka_broker_connect_errors_total", "Failed connection attempts to Kafka brokers."),
 		writeErrs:     c("likes_kafka_broker_write_errors_total", "Failed writes of requests to Kafka brokers."),
@@ -51,7 +53,7 @@ func NewClientMetrics() *ClientMetrics {
 func (m *ClientMetrics) Opt() kgo.Opt { return kgo.WithHooks(m) }
 
 func (m *ClientMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.produced, m.producedBytes, m.fetched, m.fetchedBytes, m.connects, m.connectErrs, m.writeErrs, m.readErrs}
+	return []prometheus.Collector{m.produced, m.producedBytes, m.written, m.read, m.connects, m.connectErrs, m.writeErrs, m.readErrs}
 }
 
 // Describe implements prometheus.Collector.
@@ -78,14 +80,16 @@ func (m *ClientMetrics) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _
 }
 
 // OnBrokerWrite implements kgo.HookBrokerWrite.
-func (m *ClientMetrics) OnBrokerWrite(_ kgo.BrokerMetadata, _ int16, _ int, _, _ time.Duration, err error) {
+func (m *ClientMetrics) OnBrokerWrite(_ kgo.BrokerMetadata, _ int16, n int, _, _ time.Duration, err error) {
+	m.written.Add(float64(n))
 	if err != nil {
 		m.writeErrs.Inc()
 	}
 }
 
 // OnBrokerRead implements kgo.HookBrokerRead.
-func (m *ClientMetrics) OnBrokerRead(_ kgo.BrokerMetadata, _ int16, _ int, _, _ time.Duration, err error) {
+func (m *ClientMetrics) OnBrokerRead(_ kgo.BrokerMetadata, _ int16, n int, _, _ time.Duration, err error) {
+	m.read.Add(float64(n))
 	if err != nil {
 		m.readErrs.Inc()
 	}
@@ -95,10 +99,4 @@ func (m *ClientMetrics) OnBrokerRead(_ kgo.BrokerMetadata, _ int16, _ int, _, _ 
 func (m *ClientMetrics) OnProduceBatchWritten(_ kgo.BrokerMetadata, topic string, _ int32, pm kgo.ProduceBatchMetrics) {
 	m.produced.WithLabelValues(topic).Add(float64(pm.NumRecords))
 	m.producedBytes.WithLabelValues(topic).Add(float64(pm.UncompressedBytes))
-}
-
-// OnFetchBatchRead implements kgo.HookFetchBatchRead.
-func (m *ClientMetrics) OnFetchBatchRead(_ kgo.BrokerMetadata, topic string, _ int32, fm kgo.FetchBatchMetrics) {
-	m.fetched.WithLabelValues(topic).Add(float64(fm.NumRecords))
-	m.fetchedBytes.WithLabelValues(topic).Add(float64(fm.UncompressedBytes))
 }

@@ -129,6 +129,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Clock = clock.Real{}
 	}
 	s := &Server{cfg: cfg, cdn: cfg.CDN.withDefaults(), m: NewMetrics(cfg.Registry), mux: http.NewServeMux(), slots: make(chan struct{}, cfg.MaxInFlightWrites)}
+	s.m.watchHot(&s.hot, cfg.Clock)
 	s.route("POST /v1/items/{itemId}/likes", "like", s.like)
 	s.route("DELETE /v1/items/{itemId}/likes/{userId}", "unlike", s.unlike)
 	s.route("GET /v1/items/{itemId}/count", "count", s.count)
@@ -407,6 +408,7 @@ func (s *Server) count(w http.ResponseWriter, r *http.Request) *apiError {
 		return retryable(http.StatusServiceUnavailable, "unavailable", "count unavailable: "+err.Error(), time.Second)
 	}
 	body := countBody(item, res)
+	s.m.served(res)
 	if s.publicCache(w, r, countETag(body), item) {
 		return nil
 	}
@@ -495,6 +497,7 @@ func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) *apiError {
 			return retryable(http.StatusServiceUnavailable, "unavailable", "count unavailable", time.Second)
 		}
 		cj := countBody(item, res)
+		s.m.served(res)
 		if authed {
 			reg, source, err := s.buttonAtLeast(r, c.User, item)
 			if err != nil {

@@ -136,6 +136,8 @@ type clusterParts struct {
 	svc         *edge.Service        // set by serve, before the gRPC server starts
 	serving     bool
 	once        sync.Once
+
+	grpcMetrics *replication.GRPCMetrics // both sides of the gRPC plane
 }
 
 // Peerless reports whether the cluster names no region but self: no Regions
@@ -243,7 +245,8 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 		return fail(err)
 	}
 
-	sopts := replication.ServerOptions()
+	p.grpcMetrics = replication.NewGRPCMetrics(clk)
+	sopts := append(replication.ServerOptions(), p.grpcMetrics.ServerOption())
 	var creds func(string) credentials.TransportCredentials
 	if c.TLS != nil {
 		sopts = append(sopts, grpc.Creds(c.TLS.ServerCredentials()))
@@ -282,7 +285,8 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 			log.Warn("memberlist join failed; will learn peers when they join us", "seeds", c.Seeds, "err", err)
 		}
 	}
-	p.transport, err = replication.NewGRPCTransport(replication.TransportConfig{Credentials: creds, MaxProtocol: c.MaxProtocol})
+	p.transport, err = replication.NewGRPCTransport(replication.TransportConfig{Credentials: creds, MaxProtocol: c.MaxProtocol,
+		Interceptors: []grpc.UnaryClientInterceptor{p.grpcMetrics.ClientInterceptor()}})
 	if err != nil {
 		return fail(err)
 	}

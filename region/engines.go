@@ -395,7 +395,7 @@ func (r *Region) kafkaConfig() kafkalog.Config {
 		Brokers: k.Brokers, Topic: k.Topic, Partitions: r.Backend.Partitions(), ReplicationFactor: k.ReplicationFactor,
 		ClientID:     "likes-" + r.cfg.Name,
 		PollInterval: k.PollInterval, HeartbeatInterval: k.HeartbeatInterval,
-		Opts:    kafkaTLS(k.TLS),
+		Opts:    append(kafkaTLS(k.TLS), r.kafkaM.Opt()),
 		OnError: func(p uint32, err error) { r.log.Warn("kafka relay failed; retrying", "partition", p, "err", err) },
 		OnPoison: func(p uint32, off int64, err error) {
 			r.log.Error("kafka log: undecodable record parked in the dead-letter topic", "partition", p, "offset", off, "err", err)
@@ -556,15 +556,6 @@ func openCaching(cfg Config) (caching, error) {
 		}
 	}
 	return c, nil
-}
-
-// ownWatermark is this region's watermark as its count store knows it.
-func (r *Region) ownWatermark(ctx context.Context) (int64, error) {
-	wm, err := r.Backend.Watermarks(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return wm[r.cfg.Name], nil
 }
 
 // kafkaTLS is the franz-go option that dials brokers over TLS, if any.

@@ -14,6 +14,7 @@ import (
 	"github.com/likes-dev/likes/edge"
 	"github.com/likes-dev/likes/internal/buildinfo"
 	"github.com/likes-dev/likes/pipeline"
+	"github.com/likes-dev/likes/stream/kafkalog"
 )
 
 // Open starts a region: it validates cfg, then opens its subsystems in
@@ -30,7 +31,7 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 	if u := cfg.knobs().Unsafe; u.Any() {
 		log.Warn("UNSAFE: guarantees are switched off for testing", "unsafe", fmt.Sprintf("%+v", u))
 	}
-	r := &Region{cfg: cfg, log: log, Registry: prometheus.NewRegistry()}
+	r := &Region{cfg: cfg, log: log, Registry: prometheus.NewRegistry(), reconM: newReconMetrics(), kafkaM: kafkalog.NewClientMetrics()}
 	if err := r.openStore(ctx); err != nil {
 		return nil, err // openStore closes what it opened
 	}
@@ -44,6 +45,7 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 		}
 	}
 	o.registerMetrics()
+	r.startReconciler()
 	return r, nil
 }
 
@@ -266,19 +268,8 @@ func (o *opening) registerMetrics() {
 	}, func() float64 { return 1 }))
 	r.registerPipelineMetrics()
 	r.registerStorageMetrics()
-	if r.cluster != nil {
-		r.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "likes_pins_catching_up",
-			Help: "Ranges this region owns by a planned move but may not write yet: it is catching up on the other live regions' logs (alert if it stays nonzero: a peer is unreachable).",
-		}, func() float64 { return float64(len(r.cluster.authority.CatchingUp())) }))
-	}
-	if r.cluster != nil && r.cluster.replServer != nil {
-		rs := r.cluster.replServer
-		r.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "likes_peer_protocol_refused_total",
-			Help: "Region-to-region calls refused because the caller's protocol version is outside this region's range (a peer too old or too new for a rolling upgrade).",
-		}, func() float64 { return float64(rs.RefusedProtocol()) }))
-	}
+	r.registerClusterMetrics()
+	r.Registry.MustRegister(r.reconM.collectors()...)
 	if e := o.cfg.Engines; e.Store != StorePebble || e.Log != LogStore || e.Cache != CacheInproc {
 		o.log.Info("region engines", "engines", e.String())
 	}

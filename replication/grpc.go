@@ -204,6 +204,8 @@ type TransportConfig struct {
 	// plaintext, for an operator's explicit --insecure-plaintext-peers and
 	// for tests.
 	Credentials func(region string) credentials.TransportCredentials
+	// Interceptors run around every call to a peer (metrics).
+	Interceptors []grpc.UnaryClientInterceptor
 }
 
 func (c TransportConfig) withDefaults() (TransportConfig, error) {
@@ -297,6 +299,7 @@ func (t *GRPCTransport) conn(p Peer) (*grpc.ClientConn, error) {
 	}
 	cc, err := grpc.NewClient("passthrough:///"+addr,
 		grpc.WithTransportCredentials(creds),
+		grpc.WithChainUnaryInterceptor(t.cfg.Interceptors...),
 		rpcjson.Reconnect(),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time: t.cfg.KeepaliveTime, Timeout: t.cfg.KeepaliveTimeout, PermitWithoutStream: true,

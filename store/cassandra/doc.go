@@ -197,9 +197,10 @@
 // next anti-entropy pass (ScanCells, a filtered scan of the cells table),
 // never announced before it is written.
 //
-// Sink: ApplyRemote runs every event above the recorded cursor through
-// edge.ApplyRemoteEvent, the pure rule the embedded store uses, and records
-// the cursor last. No Cassandra write spans the edge row, the user's
+// Sink: ApplyRemote and ApplyRemoteParts run every event above the recorded
+// cursor through edge.ApplyRemoteEvent, the pure rule the embedded store uses
+// (one user's events in order, different users in parallel: all the rule
+// reads and writes is one user's), and record the cursors last. No Cassandra write spans the edge row, the user's
 // partitions and the cursor, so instead of one atomic write every step is
 // idempotent and ordered so that a crash after any of them is safe to
 // repeat:
@@ -228,7 +229,7 @@
 //     the state our own landed write left writes nothing more (it is
 //     idempotent, edge.TestApplyRemoteEventIdempotent).
 //  4. Relay the correction (as Apply relays a flip).
-//  5. After the whole run, the cursor, a plain write USING TIMESTAMP through:
+//  5. After the whole push, the cursors, plain writes USING TIMESTAMP through:
 //     it never moves back whatever order writes land in. A crash before it
 //     repeats the run from the old cursor; every event's application is
 //     idempotent, so nothing is counted twice.
@@ -243,9 +244,6 @@
 // Paxos and logical timestamps never meet on one cell. MergeCells writes a
 // peer's cell USING TIMESTAMP hwm (its single writer's order: the higher hwm
 // wins in any order of arrival), then the cell cursor and the watermark.
-//
-// Not done here: ApplyRemoteParts (one commit per push): runs are applied
-// one partition, and one event, at a time.
 //
 // # LWT contention limits
 //

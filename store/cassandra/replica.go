@@ -13,8 +13,9 @@ import (
 )
 
 var (
-	_ replica.Source = (*Store)(nil)
-	_ replica.Sink   = (*Store)(nil)
+	_ replica.Source    = (*Store)(nil)
+	_ replica.Sink      = (*Store)(nil)
+	_ replica.PartsSink = (*Store)(nil)
 )
 
 // feedPart is the outbox partition of the cell-change feed: beyond every log
@@ -108,14 +109,6 @@ func (s *Store) Cursor(ctx context.Context, from string) (replica.Cursor, error)
 	return c, it.Close()
 }
 
-func (s *Store) cursorOf(ctx context.Context, from string, stream int) (uint64, error) {
-	c, err := s.Cursor(ctx, from)
-	if err != nil || stream == cellsStream {
-		return c.Cells, err
-	}
-	return c.Log[stream], nil
-}
-
 // putCursor records pos for (from, stream) USING TIMESTAMP pos: the highest
 // position written wins, so a cursor never moves back.
 func (s *Store) putCursor(ctx context.Context, from string, stream int, pos uint64) error {
@@ -169,36 +162,66 @@ func (s *Store) MergeCells(ctx context.Context, from string, cells []replica.Cel
 	return nil
 }
 
-// ApplyRemote implements replica.Sink: each event with Pos above the recorded
-// cursor goes through edge.ApplyRemoteEvent, in order, then the cursor moves
-// to through. See doc.go ("Replication") for why a crash anywhere in between
-// is safe to repeat.
+// ApplyRemote implements replica.Sink: ApplyRemoteParts of one run.
 func (s *Store) ApplyRemote(ctx context.Context, from string, part uint32, evs []edge.Event, through uint64) error {
+	return s.ApplyRemoteParts(ctx, from, []replica.RemotePart{{Partition: part, Events: evs, Through: through}})
+}
+
+// ApplyRemoteParts implements replica.PartsSink: every event above its
+// partition's recorded cursor goes through edge.ApplyRemoteEvent, one user's
+// events in their order within each partition, different users in parallel
+// (everything the rule reads and writes belongs to one user: its edges, its
+// records, index and erasure row); then, once every event is applied, the
+// cursors move to their runs' through. See doc.go ("Replication") for why a
+// crash anywhere in between is safe to repeat.
+func (s *Store) ApplyRemoteParts(ctx context.Context, from string, parts []replica.RemotePart) error {
 	if s.isClosed() {
 		return ErrClosed
 	}
 	if from == s.opts.Region {
 		return fmt.Errorf("%w: region %q's own events as remote", ErrRemote, from)
 	}
-	if int(part) >= s.opts.Partitions {
-		return fmt.Errorf("%w: partition %d out of range", ErrRemote, part)
+	for _, p := range parts {
+		if int(p.Partition) >= s.opts.Partitions {
+			return fmt.Errorf("%w: partition %d out of range", ErrRemote, p.Partition)
+		}
 	}
-	cur, err := s.cursorOf(ctx, from, int(part))
+	cur, err := s.Cursor(ctx, from)
 	if err != nil {
 		return err
 	}
-	if through <= cur {
-		return nil // already applied
-	}
-	for _, ev := range evs {
-		if ev.Pos <= cur {
-			continue
+	byUser := map[string][]edge.Event{}
+	var users []string
+	var advance []replica.RemotePart
+	for _, p := range parts {
+		at := cur.Log[p.Partition]
+		if p.Through <= at {
+			continue // already applied
 		}
-		if err := s.applyRemoteEvent(ctx, ev); err != nil {
-			return fmt.Errorf("cassandra: apply %s event of %q at %s/%d/%d: %w", ev.Kind, from, ev.User, part, ev.Pos, err)
+		advance = append(advance, p)
+		for _, ev := range p.Events {
+			if ev.Pos <= at || ev.Kind == edge.KindCorrection || ev.Kind == edge.KindReconcile {
+				continue // applied, or nothing to apply (the sender's cells account for it)
+			}
+			if _, ok := byUser[ev.User]; !ok {
+				users = append(users, ev.User)
+			}
+			byUser[ev.User] = append(byUser[ev.User], ev)
 		}
 	}
-	return s.putCursor(ctx, from, int(part), through)
+	if err := parallel(len(users), func(i int) error {
+		for _, ev := range byUser[users[i]] {
+			if err := s.applyRemoteEvent(ctx, ev); err != nil {
+				return fmt.Errorf("cassandra: apply %s event of %q at %d/%d: %w", ev.Kind, from, ev.Partition, ev.Pos, err)
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return parallel(len(advance), func(i int) error {
+		return s.putCursor(ctx, from, int(advance[i].Partition), advance[i].Through)
+	})
 }
 
 // applyRemoteEvent reads the state edge.ApplyRemoteEvent needs, calls it and

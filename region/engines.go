@@ -57,10 +57,12 @@ const (
 //   - Cache "redis": the count cache, the session overlay and the user and IP
 //     limiters are in Redis (rediscache). A dead Redis degrades to the store.
 //
-// A multi-region Cluster needs Store "pebble" and Log "store": replication
-// ships the Pebble log and cells, and has no Cassandra source or sink yet. A
-// peerless Cluster (Cluster.Peerless) works on every engine: the region takes
-// its pins, epochs and lease from etcd and replicates with nobody.
+// A multi-region Cluster needs Log "store": replication ships the store's own
+// log and cells, on Pebble or on Cassandra (both are replica.Source and
+// replica.Sink, and a cluster may mix them); with Kafka the cells' positions
+// are Kafka offsets, not yet proven under replication. A peerless Cluster
+// (Cluster.Peerless) works on every engine: the region takes its pins, epochs
+// and lease from etcd and replicates with nobody.
 type Engines struct {
 	// Store is "pebble" (default) or "cassandra".
 	Store string
@@ -165,9 +167,6 @@ func (e *Engines) normalize(region string, cluster bool) error {
 		}
 		if c.Timeout < 0 {
 			bad("Cassandra timeout must not be negative, got %v", c.Timeout)
-		}
-		if cluster {
-			bad("a multi-region Cluster needs Store %q: replication has no Cassandra source or sink yet (run a Cassandra region alone, without a Cluster)", StorePebble)
 		}
 	default:
 		bad("unknown Store %q (want %q or %q)", e.Store, StorePebble, StoreCassandra)

@@ -110,11 +110,16 @@ func (o *opening) joinCluster(ctx context.Context) error {
 	if cfg.Cluster == nil {
 		return nil
 	}
-	// Replication ships the embedded store's own log and cells; a region on
-	// the production engines takes only its write authority from etcd.
-	replica := r.Store
-	if cfg.Engines.Log != LogStore {
-		replica = nil
+	// Replication ships the store's own log and cells (Pebble or Cassandra);
+	// a region whose aggregators read Kafka takes only its write authority
+	// from etcd (Engines.validate refuses it other regions).
+	var replica replicaStore
+	switch {
+	case cfg.Engines.Log != LogStore:
+	case r.Store != nil:
+		replica = r.Store
+	case r.Cassandra != nil:
+		replica = r.Cassandra
 	}
 	var err error
 	if r.cluster, err = startCluster(ctx, cfg.Name, cfg.Cluster, replica, cfg.Clock, o.log); err != nil {

@@ -62,17 +62,17 @@ type RetentionRound struct {
 
 // RetentionStats is what rounds did (cumulative in a Retainer).
 type RetentionStats struct {
-	Rounds          uint64
-	LogDeleted      uint64 // log events deleted
-	OutboxDeleted   uint64 // outbox entries deleted
-	DedupeDeleted   uint64 // dedupe entries pruned
-	IdemDeleted     uint64 // expired idempotency records deleted
-	More            bool   // the last round stopped at its Scan bound somewhere
-	LastRound       time.Time
-	LastError       string
-	Failures        uint64
-	LogFloors       []uint64 // truncation point per partition after the last round
-	OutboxFloor     uint64
+	Rounds        uint64
+	LogDeleted    uint64 // log events deleted
+	OutboxDeleted uint64 // outbox entries deleted
+	DedupeDeleted uint64 // dedupe entries pruned
+	IdemDeleted   uint64 // expired idempotency records deleted
+	More          bool   // the last round stopped at its Scan bound somewhere
+	LastRound     time.Time
+	LastError     string
+	Failures      uint64
+	LogFloors     []uint64 // truncation point per partition after the last round
+	OutboxFloor   uint64
 }
 
 func (a *RetentionStats) add(b RetentionStats) {

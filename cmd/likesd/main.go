@@ -103,6 +103,7 @@ type common struct {
 	minFree    minFreeFlag
 	engines    engineFlags
 	sec        publicFlags
+	life       lifecycleFlags // retention.go
 }
 
 // minFreeFlag is --min-free-space, parsed by pebblestore.ParseMinFree.
@@ -234,6 +235,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	_ = c.minFree.Set(defaultMinFree)
 	fs.Var(&c.minFree, "min-free-space", "low-disk watermark of the Pebble store: below it writes get 503 storage_unavailable and /readyz fails, before the disk is full (a share like 3%, a size like 64MiB, or both: the larger applies; 0: off)")
 	c.engines.register(fs)
+	c.life.register(fs)
 }
 
 // defaultMinFree keeps room for the WAL, a memtable flush and compactions.
@@ -509,7 +511,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		rc := region.Config{
 			Name: name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: ver.secret, Auth: ver.auth,
 			MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger, Engines: eng,
-			MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction,
+			MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction, Lifecycle: c.life.config(),
 		}
 		if cluster != nil {
 			rc.Cluster = cluster(i)
@@ -654,7 +656,7 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	r, err := region.Open(ctx, region.Config{
 		Name: *name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: ver.secret, Auth: ver.auth,
 		MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger, Engines: eng,
-		MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction, Knobs: testKnobs(logger, brk),
+		MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction, Lifecycle: c.life.config(), Knobs: testKnobs(logger, brk),
 		Cluster: &region.Cluster{
 			Etcd: cli, Epoch: epoch.Config{Ranges: c.ranges, TTL: c.ttl, MaxSkew: c.skew}, Regions: names,
 			GRPCListen: *grpcAddr, HTTPAdvertise: hs.scheme() + "://" + ln.Addr().String(),
@@ -686,7 +688,7 @@ func runStandalone(ctx context.Context, c common, name, httpAddr string, eng reg
 	r, err := region.Open(ctx, region.Config{
 		Name: name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: ver.secret, Auth: ver.auth,
 		MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger, Engines: eng,
-		MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction, Knobs: testKnobs(logger, brk),
+		MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction, Lifecycle: c.life.config(), Knobs: testKnobs(logger, brk),
 	})
 	if err != nil {
 		_ = ln.Close()

@@ -32,12 +32,15 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 		log.Warn("UNSAFE: guarantees are switched off for testing", "unsafe", fmt.Sprintf("%+v", u))
 	}
 	r := &Region{cfg: cfg, log: log, Registry: prometheus.NewRegistry(), reconM: newReconMetrics(), kafkaM: kafkalog.NewClientMetrics()}
+	if err := r.checkDataFolder(ctx); err != nil {
+		return nil, err
+	}
 	if err := r.openStore(ctx); err != nil {
 		return nil, err // openStore closes what it opened
 	}
 	o := &opening{r: r, cfg: cfg, log: log, authority: edge.StaticAuthority(1), regions: []string{cfg.Name}}
 	for _, step := range []func(context.Context) error{
-		o.openCaches, o.joinCluster, o.openWritePath, o.startPipeline, o.startEraser, o.openCounts, o.openAPI,
+		o.openCaches, o.joinCluster, o.openWritePath, o.startPipeline, o.startRetention, o.startEraser, o.openCounts, o.openAPI,
 	} {
 		if err := step(ctx); err != nil {
 			_ = r.Close()

@@ -71,6 +71,8 @@ type Config struct {
 	// recounts (default DefaultReconcileRate; negative: no background
 	// reconciliation).
 	ReconcileRate float64
+	// Lifecycle is retention and the data folder's identity (identity.go).
+	Lifecycle Lifecycle
 	// Knobs are test-only switches and hooks (TestingKnobs); nil in a
 	// deployment.
 	Knobs  *TestingKnobs
@@ -165,6 +167,8 @@ type Region struct {
 	cellWrites atomic.Uint64
 	recount    func(ctx context.Context, item string) (Recount, error)
 	cluster    *clusterParts
+	retainer   *pebblestore.Retainer // nil: no retention (identity.go)
+	identity   IdentityDecision
 	regions    []string // every region whose watermark bounds asOf
 	recon      *reconciler
 	reconM     *reconMetrics
@@ -214,6 +218,9 @@ func (r *Region) Close() error {
 		}
 		if r.Eraser != nil {
 			add(r.Eraser.Close())
+		}
+		if r.retainer != nil {
+			add(r.retainer.Close())
 		}
 		r.stopAggregators()
 		if r.Counts != nil {

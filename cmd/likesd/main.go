@@ -121,6 +121,7 @@ type common struct {
 	minFree    minFreeFlag
 	engines    engineFlags
 	sec        publicFlags
+	life       lifecycleFlags // retention.go
 }
 
 // minFreeFlag is --min-free-space, parsed by pebblestore.ParseMinFree.
@@ -251,6 +252,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	_ = c.minFree.Set(defaultMinFree)
 	fs.Var(&c.minFree, "min-free-space", "low-disk watermark of the Pebble store: below it writes get 503 storage_unavailable and /readyz fails, before the disk is full (a share like 3%, a size like 64MiB, or both: the larger applies; 0: off)")
 	c.engines.register(fs)
+	c.life.register(fs)
 }
 
 // checkCommon validates the shared flags that region.Open would refuse
@@ -282,7 +284,7 @@ func (c *common) regionConfig(name string, ver verification, eng region.Engines,
 	return region.Config{
 		Name: name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: ver.secret, Auth: ver.auth,
 		MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger, Engines: eng,
-		MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction,
+		MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction, Lifecycle: c.life.config(),
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -23,6 +24,7 @@ import (
 	"github.com/likes-dev/likes/epoch"
 	"github.com/likes-dev/likes/epoch/etcdepoch"
 	"github.com/likes-dev/likes/internal/peertls"
+	"github.com/likes-dev/likes/internal/tracing"
 	"github.com/likes-dev/likes/replication"
 	"github.com/likes-dev/likes/store/pebblestore"
 )
@@ -78,6 +80,9 @@ type Cluster struct {
 	// progress: every region first accepts the new key, then sends with it,
 	// then drops the old one).
 	GossipOldKeys [][]byte
+
+	// tracer is Config.Tracer (set by Open on its copy of the Cluster).
+	tracer trace.TracerProvider
 }
 
 // overridePeers is a replication.PeerSource that rewrites peers' addresses.
@@ -213,7 +218,7 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 		return fail(err)
 	}
 
-	sopts := replication.ServerOptions()
+	sopts := replication.ServerOptions(tracing.ServerOptions(c.tracer, name, log)...)
 	var creds func(string) credentials.TransportCredentials
 	if c.TLS != nil {
 		sopts = append(sopts, grpc.Creds(c.TLS.ServerCredentials()))
@@ -251,7 +256,8 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 			log.Warn("memberlist join failed; will learn peers when they join us", "seeds", c.Seeds, "err", err)
 		}
 	}
-	p.transport, err = replication.NewGRPCTransport(replication.TransportConfig{Credentials: creds, MaxProtocol: c.MaxProtocol})
+	dialOpts := tracing.DialOptions(c.tracer, name)
+	p.transport, err = replication.NewGRPCTransport(replication.TransportConfig{Credentials: creds, MaxProtocol: c.MaxProtocol, DialOptions: dialOpts})
 	if err != nil {
 		return fail(err)
 	}
@@ -265,6 +271,7 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 	}
 	p.forwarder = api.NewForwarder(name, p.resolve, creds)
 	p.forwarder.MaxProtocol = c.MaxProtocol
+	p.forwarder.DialOptions = dialOpts
 	p.maxProtocol = c.MaxProtocol
 	barrier, err := catchup.NewBarrier(catchup.Config{
 		Self: name, Partitions: st.Partitions(), Pins: p.authority, Dir: dir, Cursors: st,

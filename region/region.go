@@ -16,6 +16,7 @@ import (
 	"github.com/gocql/gocql"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/likes-dev/likes/api"
 	"github.com/likes-dev/likes/auth"
@@ -73,6 +74,10 @@ type Config struct {
 	Knobs  *TestingKnobs
 	Clock  clock.Clock
 	Logger *slog.Logger
+	// Tracer makes the region's spans: HTTP requests, forwarding, the
+	// erasure relay, replication pushes (default tracing.IDsOnly: trace ids
+	// for the logs, nothing recorded).
+	Tracer trace.TracerProvider
 }
 
 // Unsafe lists the guarantees that can be switched off for testing the checker.

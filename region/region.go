@@ -171,6 +171,11 @@ type Region struct {
 	once       sync.Once
 	closeErr   error
 
+	// consoleMu guards consoleClosed: Close waits for a console read in
+	// flight, and none starts after it (console.go).
+	consoleMu     sync.RWMutex
+	consoleClosed bool
+
 	draining     atomic.Bool
 	readyMu      sync.Mutex
 	readyChecks  []ReadyCheck
@@ -288,6 +293,9 @@ func (r *Region) Name() string { return r.cfg.Name }
 // Close stops the region. Idempotent.
 func (r *Region) Close() error {
 	r.once.Do(func() {
+		r.consoleMu.Lock()
+		r.consoleClosed = true
+		r.consoleMu.Unlock()
 		var errs []error
 		add := func(err error) {
 			if err != nil {

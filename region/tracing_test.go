@@ -61,7 +61,7 @@ func TestForwardedWriteIsOneTrace(t *testing.T) {
 	attr := func(s sdktrace.ReadOnlySpan, k attribute.Key) string {
 		for _, a := range s.Attributes() {
 			if a.Key == k {
-				return a.Value.Emit()
+				return a.Value.String()
 			}
 		}
 		return ""

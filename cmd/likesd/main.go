@@ -103,6 +103,7 @@ type common struct {
 	minFree    minFreeFlag
 	engines    engineFlags
 	sec        publicFlags
+	obs        obsFlags // logging, tracing, admin listener (obs.go, admin.go)
 }
 
 // minFreeFlag is --min-free-space, parsed by pebblestore.ParseMinFree.
@@ -282,10 +283,6 @@ func checkPort(name string, p int) error {
 	return nil
 }
 
-func newLogger(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
-}
-
 // served is one region with its HTTP server.
 type served struct {
 	r    *region.Region
@@ -420,6 +417,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	gossipPort := fs.Int("gossip-port", 7946, "memberlist port of the first region (region i: port+i)")
 	etcdPort := fs.Int("etcd-port", 2379, "embedded etcd client port (its peer port is etcd-port+1)")
 	c.sec.register(fs, false)
+	c.obs.register(fs, true)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -443,7 +441,12 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	logger := newLogger(stderr)
+	ob, err := c.obs.start(ctx, stderr, "")
+	if err != nil {
+		return err
+	}
+	defer ob.close()
+	logger := ob.logger
 	ver, err := c.sec.authConfig(os.Getenv(auth.EnvSecret), true, logger)
 	if err != nil {
 		return err
@@ -466,11 +469,12 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		logger.Info("starting embedded etcd", "client", "http://"+etcdAddr, "data", filepath.Join(c.data, "etcd"))
 		e, err := etcdembed.StartEmbedded(etcdembed.EmbeddedConfig{
 			Dir: filepath.Join(c.data, "etcd"), ClientAddr: etcdAddr, PeerAddr: net.JoinHostPort(etcdHost, fmt.Sprint(*etcdPort+1)),
+			Logger: ob.zap("etcd"),
 		})
 		if err != nil {
 			return fmt.Errorf("embedded etcd: %w", err)
 		}
-		cli, err := etcdepoch.NewClient(e.Endpoints())
+		cli, err := etcdepoch.NewClientWith(etcdepoch.ClientConfig{Endpoints: e.Endpoints(), Logger: ob.zap("etcd-client")})
 		if err != nil {
 			e.Close()
 			return err
@@ -509,7 +513,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		rc := region.Config{
 			Name: name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: ver.secret, Auth: ver.auth,
 			MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger, Engines: eng,
-			MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction,
+			MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction, Tracer: ob.tracer(),
 		}
 		if cluster != nil {
 			rc.Cluster = cluster(i)
@@ -524,6 +528,9 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fail(err)
 		}
 		all = append(all, serveHTTP(r, ln, hs))
+	}
+	if err := ob.serveAdmin(c.obs.admin, regionsOf(all), stdout); err != nil {
+		return fail(err)
 	}
 	for _, s := range all {
 		fmt.Fprintf(stdout, "likes: region %q serving %s (data %s)\n", s.r.Name(), s.url, filepath.Join(c.data, s.r.Name()))
@@ -560,6 +567,7 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	drainTimeout := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long to wait for the hand-off of this region's ranges (planned moves) and the shipper's flush before stopping anyway (0: stop at once, the ranges fail over)")
 	unsafe := fs.String("unsafe-break", "", "TESTING ONLY: switch guarantees off (fence,idempotency,lease) to prove the chaos checker fails")
 	c.sec.register(fs, true)
+	c.obs.register(fs, false)
 	var peerSec peerSecurity
 	peerSec.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -616,7 +624,12 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	logger := newLogger(stderr)
+	ob, err := c.obs.start(ctx, stderr, *name)
+	if err != nil {
+		return err
+	}
+	defer ob.close()
+	logger := ob.logger
 	ver, err := c.sec.authConfig(os.Getenv(auth.EnvSecret), false, logger)
 	if err != nil {
 		return err
@@ -638,7 +651,7 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cli, err := etcdepoch.NewClientWith(c.sec.etcdConfig(*etcd))
+	cli, err := etcdepoch.NewClientWith(ob.etcdClient(c.sec.etcdConfig(*etcd)))
 	if err != nil {
 		return fmt.Errorf("etcd %s: %w", *etcd, err)
 	}
@@ -654,7 +667,7 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	r, err := region.Open(ctx, region.Config{
 		Name: *name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: ver.secret, Auth: ver.auth,
 		MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger, Engines: eng,
-		MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction, Knobs: testKnobs(logger, brk),
+		MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction, Knobs: testKnobs(logger, brk), Tracer: ob.tracer(),
 		Cluster: &region.Cluster{
 			Etcd: cli, Epoch: epoch.Config{Ranges: c.ranges, TTL: c.ttl, MaxSkew: c.skew}, Regions: names,
 			GRPCListen: *grpcAddr, HTTPAdvertise: hs.scheme() + "://" + ln.Addr().String(),
@@ -670,6 +683,11 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	s := serveHTTP(r, ln, hs)
 	s.handoff = *drainTimeout
+	if err := ob.serveAdmin(c.obs.admin, []*region.Region{r}, stdout); err != nil {
+		_ = s.srv.Close()
+		_ = r.Close()
+		return err
+	}
 	fmt.Fprintf(stdout, "likes: region %q serving %s (gRPC %s, gossip %s, etcd %s)\n", *name, s.url, *grpcAddr, *gossip, *etcd)
 	return waitAndStop(ctx, logger, []*served{s}, nil, true)
 }
@@ -686,13 +704,18 @@ func runStandalone(ctx context.Context, c common, name, httpAddr string, eng reg
 	r, err := region.Open(ctx, region.Config{
 		Name: name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: ver.secret, Auth: ver.auth,
 		MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger, Engines: eng,
-		MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction, Knobs: testKnobs(logger, brk),
+		MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction, Knobs: testKnobs(logger, brk), Tracer: c.obs.started.tracer(),
 	})
 	if err != nil {
 		_ = ln.Close()
 		return err
 	}
 	s := serveHTTP(r, ln, hs)
+	if err := c.obs.started.serveAdmin(c.obs.admin, []*region.Region{r}, stdout); err != nil {
+		_ = s.srv.Close()
+		_ = r.Close()
+		return err
+	}
 	fmt.Fprintf(stdout, "likes: region %q serving %s standalone (%s)\n", name, s.url, r.Engines().String())
 	return waitAndStop(ctx, logger, []*served{s}, nil, true)
 }

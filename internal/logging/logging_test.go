@@ -90,6 +90,14 @@ func TestZapBridge(t *testing.T) {
 	if s := buf.String(); strings.Contains(s, "retrying") || !strings.Contains(s, "level=ERROR") || !strings.Contains(s, "component=etcd-client") {
 		t.Fatalf("text line %q", s)
 	}
+	// A demoted entry is debug: dropped at info.
+	buf.Reset()
+	z3 := ZapDemoting(New(&buf, Options{Format: FormatText, Level: slog.LevelInfo}), "etcd", zapcore.WarnLevel, ClosedConn)
+	z3.Error("setting up serving failed", zap.Error(errors.New("accept tcp 127.0.0.1:2379: use of closed network connection")))
+	z3.Error("real failure", zap.Error(errors.New("disk full")))
+	if s := buf.String(); strings.Contains(s, "setting up") || !strings.Contains(s, "real failure") {
+		t.Fatalf("demoting: %q", s)
+	}
 	for l, want := range map[zapcore.Level]slog.Level{zapcore.DebugLevel: slog.LevelDebug, zapcore.InfoLevel: slog.LevelInfo,
 		zapcore.WarnLevel: slog.LevelWarn, zapcore.ErrorLevel: slog.LevelError, zapcore.DPanicLevel: slog.LevelError, zapcore.FatalLevel: slog.LevelError} {
 		if got := SlogLevel(l); got != want {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sort"
+	"strings"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -13,11 +14,37 @@ import (
 // above (zap's levels mapped onto slog's), each with the attribute
 // component=name. Use it for etcd's embedded server and its client.
 func Zap(logger *slog.Logger, name string, min zapcore.Level) *zap.Logger {
+	return ZapDemoting(logger, name, min, nil)
+}
+
+// ZapDemoting is Zap where an entry for which demote returns true is logged
+// at debug whatever its level (e.g. etcd's own listener shutdown, which it
+// reports as errors).
+func ZapDemoting(logger *slog.Logger, name string, min zapcore.Level, demote func(zapcore.Entry, []zapcore.Field) bool) *zap.Logger {
 	h := logger.Handler()
 	if name != "" {
 		h = h.WithAttrs([]slog.Attr{slog.String("component", name)})
 	}
-	return zap.New(&zapCore{h: h, min: min})
+	return zap.New(&zapCore{h: h, min: min, demote: demote})
+}
+
+// ClosedConn reports whether an entry is about a listener or connection
+// closed on purpose ("use of closed network connection" in a field or the
+// message): a demote function for ZapDemoting.
+func ClosedConn(e zapcore.Entry, fs []zapcore.Field) bool {
+	const closed = "use of closed network connection"
+	if strings.Contains(e.Message, closed) {
+		return true
+	}
+	for _, f := range fs {
+		if err, ok := f.Interface.(error); ok && err != nil && strings.Contains(err.Error(), closed) {
+			return true
+		}
+		if strings.Contains(f.String, closed) {
+			return true
+		}
+	}
+	return false
 }
 
 // SlogLevel maps a zap level onto slog's: debug, info, warn, and error for
@@ -37,8 +64,9 @@ func SlogLevel(l zapcore.Level) slog.Level {
 
 // zapCore is a zapcore.Core over a slog.Handler.
 type zapCore struct {
-	h   slog.Handler
-	min zapcore.Level
+	h      slog.Handler
+	min    zapcore.Level
+	demote func(zapcore.Entry, []zapcore.Field) bool
 }
 
 func (c *zapCore) Enabled(l zapcore.Level) bool {
@@ -46,7 +74,7 @@ func (c *zapCore) Enabled(l zapcore.Level) bool {
 }
 
 func (c *zapCore) With(fs []zapcore.Field) zapcore.Core {
-	return &zapCore{h: c.h.WithAttrs(attrs(fs)), min: c.min}
+	return &zapCore{h: c.h.WithAttrs(attrs(fs)), min: c.min, demote: c.demote}
 }
 
 func (c *zapCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
@@ -57,7 +85,13 @@ func (c *zapCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.Chec
 }
 
 func (c *zapCore) Write(e zapcore.Entry, fs []zapcore.Field) error {
-	r := slog.NewRecord(e.Time, SlogLevel(e.Level), e.Message, 0)
+	level := SlogLevel(e.Level)
+	if c.demote != nil && c.demote(e, fs) {
+		if level = slog.LevelDebug; !c.h.Enabled(context.Background(), level) {
+			return nil
+		}
+	}
+	r := slog.NewRecord(e.Time, level, e.Message, 0)
 	if e.LoggerName != "" {
 		r.AddAttrs(slog.String("logger", e.LoggerName))
 	}

@@ -9,8 +9,11 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/likes-dev/likes/internal/tracing/tracingtest"
 )
 
 var hexID = regexp.MustCompile(`^[0-9a-f]{32}$`)
@@ -113,4 +116,30 @@ func TestNewValidates(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = p.Shutdown(context.Background()) // idempotent
+}
+
+// TestOTLPExport: with an endpoint, spans reach an OTLP/gRPC collector (a
+// plaintext loopback stand-in) by Shutdown at the latest.
+func TestOTLPExport(t *testing.T) {
+	col, err := tracingtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer col.Close()
+	p, err := New(context.Background(), Config{Endpoint: col.Addr(), Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := HTTP(HTTPConfig{Tracer: p.TracerProvider(), Region: "us"}, http.NotFoundHandler())
+	for range 5 {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/nowhere", nil))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := col.Spans(); n != 5 {
+		t.Fatalf("collector received %d spans, want 5 (%v)", n, col.Names())
+	}
 }

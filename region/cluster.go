@@ -7,6 +7,7 @@ import (
 	"github.com/likes-dev/likes/catchup"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,11 +53,18 @@ type Cluster struct {
 	MaxProtocol int
 	// GRPCListen is the replication + forwarding listen address (default 127.0.0.1:0).
 	GRPCListen string
+	// GRPCAdvertise is the gRPC address (host:port) peers are told, through
+	// gossip and the region's etcd registration (default: GRPCListen's
+	// listener address).
+	GRPCAdvertise string
 	// HTTPAdvertise is this region's public HTTP address, for tools.
 	HTTPAdvertise string
 	// GossipBind/GossipPort are the memberlist address (default 127.0.0.1:0).
 	GossipBind string
 	GossipPort int
+	// GossipAdvertise is the memberlist address (host:port) other regions are
+	// told (default: the bind address and port).
+	GossipAdvertise string
 	// Seeds are memberlist addresses of other regions to join.
 	Seeds []string
 	// AntiEntropy is the digest interval (default 30s).
@@ -203,6 +211,28 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 		return fail(err)
 	}
 	grpcAddr := p.grpcLn.Addr().String()
+	if c.GRPCAdvertise != "" {
+		grpcAddr = c.GRPCAdvertise
+	}
+	var advHost string
+	var advPort int
+	if c.GossipAdvertise != "" {
+		h, ps, err := net.SplitHostPort(c.GossipAdvertise)
+		if err == nil {
+			advPort, err = strconv.Atoi(ps)
+		}
+		if err != nil || h == "" {
+			return fail(fmt.Errorf("region %s: GossipAdvertise %q: want host:port", name, c.GossipAdvertise))
+		}
+		if net.ParseIP(h) == nil { // memberlist advertises an IP: resolve a name once, at start
+			ips, err := net.DefaultResolver.LookupIPAddr(ctx, h)
+			if err != nil || len(ips) == 0 {
+				return fail(fmt.Errorf("region %s: GossipAdvertise %q: resolve %s: %v", name, c.GossipAdvertise, h, err))
+			}
+			h = ips[0].IP.String()
+		}
+		advHost = h
+	}
 
 	if _, err := p.startAuthority(ctx, name, c, ecfg, grpcAddr, clk); err != nil {
 		return nil, err // startAuthority closed p
@@ -246,6 +276,7 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 
 	p.member, err = replication.NewMembership(replication.MembershipConfig{
 		Region: name, GRPCAddr: grpcAddr, HTTPAddr: c.HTTPAdvertise, BindAddr: c.GossipBind, BindPort: c.GossipPort,
+		AdvertiseAddr: advHost, AdvertisePort: advPort,
 		SecretKey: c.GossipKey, OldKeys: c.GossipOldKeys, ProtoMax: c.MaxProtocol,
 	})
 	if err != nil {

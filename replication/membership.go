@@ -34,6 +34,11 @@ type MembershipConfig struct {
 	// BindPort is the gossip port, TCP and UDP (default 0: a free port,
 	// readable from Addr afterwards).
 	BindPort int
+	// AdvertiseAddr and AdvertisePort are the gossip address other nodes are
+	// told to reach this one at (defaults: memberlist's choice from BindAddr,
+	// and BindPort), e.g. a routable address when BindAddr is 0.0.0.0.
+	AdvertiseAddr string
+	AdvertisePort int
 	// SecretKey, if set (16, 24 or 32 bytes), encrypts gossip.
 	SecretKey []byte
 	// OldKeys are also accepted from other nodes (a key rotation); they need
@@ -95,6 +100,8 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 		return nil, errors.New("replication: MembershipConfig.GRPCAddr is required")
 	case cfg.BindPort < 0 || cfg.BindPort > 65535:
 		return nil, fmt.Errorf("replication: MembershipConfig.BindPort %d out of range", cfg.BindPort)
+	case cfg.AdvertisePort < 0 || cfg.AdvertisePort > 65535:
+		return nil, fmt.Errorf("replication: MembershipConfig.AdvertisePort %d out of range", cfg.AdvertisePort)
 	case cfg.LeaveTimeout < 0:
 		return nil, fmt.Errorf("replication: MembershipConfig.LeaveTimeout %v < 0", cfg.LeaveTimeout)
 	}
@@ -128,6 +135,10 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 	mc.BindAddr = cfg.BindAddr
 	mc.BindPort = cfg.BindPort
 	mc.AdvertisePort = cfg.BindPort
+	if cfg.AdvertisePort != 0 {
+		mc.AdvertisePort = cfg.AdvertisePort
+	}
+	mc.AdvertiseAddr = cfg.AdvertiseAddr
 	mc.SecretKey = cfg.SecretKey
 	if len(cfg.OldKeys) > 0 {
 		if len(cfg.SecretKey) == 0 {

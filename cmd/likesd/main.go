@@ -27,6 +27,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -49,26 +50,42 @@ import (
 )
 
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "likesd:", err)
-		os.Exit(2)
+	os.Exit(exitCode(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr), os.Stderr))
+}
+
+// exitCode reports err and returns the process's exit status: 0 for success
+// and for help, 2 for a usage error (with a pointer to -h) and for a failure.
+func exitCode(err error, stderr io.Writer) int {
+	var ue *usageError
+	switch {
+	case err == nil, errors.Is(err, errHelpShown):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "%s: %v\nrun '%s -h' for its flags\n", ue.cmd, ue.err, ue.cmd)
+	default:
+		fmt.Fprintln(stderr, "likesd:", err)
 	}
+	return 2
 }
 
 const usage = `usage: likesd <command> [flags]
 
 commands:
-  dev    run all regions of the embedded default (Pebble + embedded etcd, no servers) on loopback
-  run    run one region of a real deployment (its own process): with --etcd one of several regions,
-         without it a standalone region, optionally on --store cassandra --log kafka --cache redis
-  etcd   run a standalone embedded etcd for local multi-process use
+  dev      run all regions of the embedded default (Pebble + embedded etcd, no servers) on loopback
+  run      run one region of a real deployment (its own process): with --etcd one of several regions,
+           without it a standalone region, optionally on --store cassandra --log kafka --cache redis
+  etcd     run a standalone embedded etcd for local multi-process use
   version  print the build (module version, VCS revision, Go version)
+
+Every command takes --config FILE.yaml (keys: its flag names) and $LIKES_<FLAG>
+variables; the command line wins over the environment, which wins over the file.
+'likesd <command> -h' lists a command's flags.
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return errors.New("missing command")
+		return &usageError{cmd: "likesd", err: errors.New("missing command")}
 	}
 	switch args[0] {
 	case "dev":
@@ -78,19 +95,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "etcd":
 		return runEtcd(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
+		if len(args) > 1 {
+			return &usageError{cmd: "likesd version", err: fmt.Errorf("unexpected argument %q", args[1])}
+		}
 		fmt.Fprintln(stdout, buildinfo.Get())
 		return nil
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
-	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("unknown command %q", args[0])
+	return &usageError{cmd: "likesd", err: fmt.Errorf("unknown command %q (commands: dev, run, etcd, version)", args[0])}
 }
 
 // common holds the flags every region-running command shares.
 type common struct {
-	host       string
 	data       string
 	partitions int
 	window     time.Duration
@@ -222,7 +240,6 @@ func (e *engineFlags) embedded() bool {
 }
 
 func (c *common) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.host, "host", "127.0.0.1", "address to listen on")
 	fs.StringVar(&c.data, "data", "./likes-data", "data folder (one subfolder per region)")
 	fs.IntVar(&c.partitions, "partitions", 16, "log partitions per region (fixed when the data folder is created; the same in every region)")
 	fs.DurationVar(&c.window, "window", 250*time.Millisecond, "aggregator window")
@@ -235,6 +252,39 @@ func (c *common) register(fs *flag.FlagSet) {
 	_ = c.minFree.Set(defaultMinFree)
 	fs.Var(&c.minFree, "min-free-space", "low-disk watermark of the Pebble store: below it writes get 503 storage_unavailable and /readyz fails, before the disk is full (a share like 3%, a size like 64MiB, or both: the larger applies; 0: off)")
 	c.engines.register(fs)
+}
+
+// checkCommon validates the shared flags that region.Open would refuse
+// later (or never).
+func (c *common) checkCommon() error {
+	switch {
+	case c.partitions < 1:
+		return fmt.Errorf("--partitions must be at least 1, got %d", c.partitions)
+	case c.window <= 0:
+		return fmt.Errorf("--window must be positive, got %v", c.window)
+	case c.inflight < 1:
+		return fmt.Errorf("--max-inflight-writes must be at least 1, got %d", c.inflight)
+	case c.ipRate < 0:
+		return fmt.Errorf("--ip-rate must not be negative, got %v", c.ipRate)
+	case c.ranges < 1:
+		return fmt.Errorf("--ranges must be at least 1, got %d", c.ranges)
+	case c.ttl < time.Second || c.ttl%time.Second != 0:
+		return fmt.Errorf("--lease-ttl must be whole seconds, at least 1s, got %v", c.ttl)
+	case c.skew < 0:
+		return fmt.Errorf("--max-skew must not be negative, got %v", c.skew)
+	case c.data == "":
+		return errors.New("--data must name a folder")
+	}
+	return nil
+}
+
+// regionConfig is the region.Config of the shared flags.
+func (c *common) regionConfig(name string, ver verification, eng region.Engines, logger *slog.Logger) region.Config {
+	return region.Config{
+		Name: name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: ver.secret, Auth: ver.auth,
+		MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger, Engines: eng,
+		MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction, Tracer: c.obs.tracer(),
+	}
 }
 
 // defaultMinFree keeps room for the WAL, a memtable flush and compactions.
@@ -334,7 +384,7 @@ func waitAndStop(ctx context.Context, logger *slog.Logger, all []*served, after 
 		s.r.Drain()
 	}
 	handOff(logger, all)
-	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	shutCtx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
 	defer cancel()
 	for _, s := range all {
 		if err := s.srv.Shutdown(shutCtx); err != nil {
@@ -357,6 +407,10 @@ func waitAndStop(ctx context.Context, logger *slog.Logger, all []*served, after 
 	}
 	return err
 }
+
+// httpShutdownTimeout bounds the HTTP drain of a stop, after the hand-off
+// (--drain-timeout): a supervisor's stop timeout must exceed their sum.
+const httpShutdownTimeout = 10 * time.Second
 
 // handOff runs each region's hand-off (a graceful stop is a planned event:
 // its ranges move to other regions before it stops), bounded per region. HTTP
@@ -406,92 +460,162 @@ func watchRestart(ctx context.Context, all []*served, out chan<- error) {
 	}
 }
 
-func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("likesd dev", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var c common
-	c.register(fs)
-	regions := fs.String("regions", "us,eu,ap", "comma-separated region names; one name runs a single region without etcd")
-	port := fs.Int("http-port", 8080, "HTTP port of the first region (region i listens on port+i)")
-	grpcPort := fs.Int("grpc-port", 9080, "replication/forwarding gRPC port of the first region (region i: port+i)")
-	gossipPort := fs.Int("gossip-port", 7946, "memberlist port of the first region (region i: port+i)")
-	etcdPort := fs.Int("etcd-port", 2379, "embedded etcd client port (its peer port is etcd-port+1)")
-	c.sec.register(fs, false)
-	c.obs.register(fs, true)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
+// devCmd is `likesd dev`: its flags, and the plan they make.
+type devCmd struct {
+	fs                                   *flag.FlagSet
+	c                                    common
+	host, regions                        string
+	port, grpcPort, gossipPort, etcdPort int
+}
+
+const devIntro = `Runs every region of the embedded default (Pebble per region, one embedded etcd,
+no servers) on loopback in one process. Ctrl-C stops cleanly; a restart on the
+same --data keeps every acknowledged like.`
+
+func newDevCmd() *devCmd {
+	d := &devCmd{fs: flag.NewFlagSet("likesd dev", flag.ContinueOnError)}
+	fs := d.fs
+	registerConfig(fs)
+	fs.StringVar(&d.host, "host", "127.0.0.1", "address every region listens on (HTTP, gRPC, gossip); the embedded etcd stays on loopback")
+	d.c.register(fs)
+	fs.StringVar(&d.regions, "regions", "us,eu,ap", "comma-separated region names; one name runs a single region without etcd")
+	fs.IntVar(&d.port, "http-port", 8080, "HTTP port of the first region (region i listens on port+i)")
+	fs.IntVar(&d.grpcPort, "grpc-port", 9080, "replication/forwarding gRPC port of the first region (region i: port+i)")
+	fs.IntVar(&d.gossipPort, "gossip-port", 7946, "memberlist port of the first region (region i: port+i)")
+	fs.IntVar(&d.etcdPort, "etcd-port", 2379, "embedded etcd client port (its peer port is etcd-port+1)")
+	d.c.sec.register(fs, false)
+	d.c.obs.register(fs, true)
+	return d
+}
+
+// devPlan is a validated `likesd dev`: nothing listens yet.
+type devPlan struct {
+	host    string
+	regions []region.Config // Cluster.Etcd is filled in at start
+	listen  []string        // HTTP listen address per region
+	hs      httpSettings
+	etcd    *etcdembed.EmbeddedConfig // nil: one region, no etcd
+	logger  *slog.Logger
+	ob      *observability // tracing, admin listener (obs.go)
+	admin   adminFlags
+}
+
+// plan validates the flags (and writes the development certificates on the
+// first start): every refusal happens here, before anything listens.
+func (d *devCmd) plan(stderr io.Writer) (*devPlan, error) {
+	c := &d.c
 	hs, err := c.sec.httpConfig()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	names, err := parseRegions(*regions)
+	names, err := parseRegions(d.regions)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(names) > 1 && !c.engines.embedded() {
-		return fmt.Errorf("dev: --store %s --log %s run one region only (--regions %s): several regions replicate the embedded store and log only",
+		return nil, fmt.Errorf("dev: --store %s --log %s run one region only (--regions %s): several regions replicate the embedded store and log only",
 			c.engines.store, c.engines.log, names[0])
 	}
 	if _, err := c.engines.build(names[0]); err != nil {
-		return err
+		return nil, err
 	}
-	for n, p := range map[string]int{"http-port": *port, "grpc-port": *grpcPort, "gossip-port": *gossipPort, "etcd-port": *etcdPort} {
+	for n, p := range map[string]int{"http-port": d.port, "grpc-port": d.grpcPort, "gossip-port": d.gossipPort, "etcd-port": d.etcdPort} {
 		if err := checkPort(n, p); err != nil {
-			return err
+			return nil, err
+		}
+		if p+len(names) > 65536 {
+			return nil, fmt.Errorf("--%s %d leaves no room for %d regions", n, p, len(names))
 		}
 	}
-	ob, err := c.obs.start(ctx, stderr, "")
-	if err != nil {
-		return err
+	if err := c.checkCommon(); err != nil {
+		return nil, err
 	}
-	defer ob.close()
+	ob, err := c.obs.start(stderr, "")
+	if err != nil {
+		return nil, err
+	}
 	logger := ob.logger
 	ver, err := c.sec.authConfig(os.Getenv(auth.EnvSecret), true, logger)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if !isLoopback(c.host) {
-		logger.Warn("likesd dev is listening beyond loopback; it is a development setup (its embedded etcd stays on 127.0.0.1)", "host", c.host)
+	if !isLoopback(d.host) {
+		logger.Warn("likesd dev is listening beyond loopback; it is a development setup (its embedded etcd stays on 127.0.0.1)", "host", d.host)
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
+	p := &devPlan{host: d.host, hs: hs, logger: logger, ob: ob, admin: c.obs.admin}
 	var cluster func(i int) *region.Cluster
-	var after func()
 	if len(names) > 1 {
 		ids, gossipKey, err := devPeerSecurity(c.data, names)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		etcdHost := etcdHostOf(c.host) // no TLS, no auth: never beyond loopback
-		etcdAddr := net.JoinHostPort(etcdHost, fmt.Sprint(*etcdPort))
-		logger.Info("starting embedded etcd", "client", "http://"+etcdAddr, "data", filepath.Join(c.data, "etcd"))
-		e, err := etcdembed.StartEmbedded(etcdembed.EmbeddedConfig{
-			Dir: filepath.Join(c.data, "etcd"), ClientAddr: etcdAddr, PeerAddr: net.JoinHostPort(etcdHost, fmt.Sprint(*etcdPort+1)),
-			Logger: ob.zap("etcd"),
-		})
+		etcdHost := etcdHostOf(d.host) // no TLS, no auth: never beyond loopback
+		p.etcd = &etcdembed.EmbeddedConfig{
+			Dir: filepath.Join(c.data, "etcd"), ClientAddr: net.JoinHostPort(etcdHost, fmt.Sprint(d.etcdPort)),
+			PeerAddr: net.JoinHostPort(etcdHost, fmt.Sprint(d.etcdPort+1)), Logger: ob.zap("etcd"),
+		}
+		cluster = func(i int) *region.Cluster {
+			var seeds []string
+			if i > 0 {
+				seeds = []string{net.JoinHostPort(d.host, fmt.Sprint(d.gossipPort))}
+			}
+			return &region.Cluster{
+				Epoch: epoch.Config{Ranges: c.ranges, TTL: c.ttl, MaxSkew: c.skew}, Regions: names,
+				GRPCListen:    net.JoinHostPort(d.host, fmt.Sprint(d.grpcPort+i)),
+				HTTPAdvertise: hs.scheme() + "://" + net.JoinHostPort(d.host, fmt.Sprint(d.port+i)),
+				GossipBind:    d.host, GossipPort: d.gossipPort + i, Seeds: seeds,
+				TLS: ids[names[i]], GossipKey: gossipKey[0], GossipOldKeys: gossipKey[1:],
+			}
+		}
+	}
+	for i, name := range names {
+		eng, err := c.engines.build(name)
+		if err != nil {
+			return nil, err
+		}
+		rc := c.regionConfig(name, ver, eng, logger)
+		if cluster != nil {
+			rc.Cluster = cluster(i)
+		}
+		p.regions = append(p.regions, rc)
+		p.listen = append(p.listen, net.JoinHostPort(d.host, fmt.Sprint(d.port+i)))
+	}
+	return p, nil
+}
+
+func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	d := newDevCmd()
+	if err := parseCommand(d.fs, args, stdout, devIntro); err != nil {
+		return err
+	}
+	p, err := d.plan(stderr)
+	if err != nil {
+		return err
+	}
+	return p.start(ctx, stdout)
+}
+
+func (p *devPlan) start(ctx context.Context, stdout io.Writer) error {
+	logger := p.logger
+	defer p.ob.close()
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	var after func()
+	if p.etcd != nil {
+		logger.Info("starting embedded etcd", "client", "http://"+p.etcd.ClientAddr, "data", p.etcd.Dir)
+		e, err := etcdembed.StartEmbedded(*p.etcd)
 		if err != nil {
 			return fmt.Errorf("embedded etcd: %w", err)
 		}
-		cli, err := etcdepoch.NewClientWith(etcdepoch.ClientConfig{Endpoints: e.Endpoints(), Logger: ob.zap("etcd-client")})
+		cli, err := etcdepoch.NewClientWith(p.ob.etcdClient(etcdepoch.ClientConfig{Endpoints: e.Endpoints()}))
 		if err != nil {
 			e.Close()
 			return err
 		}
 		after = func() { _ = cli.Close(); e.Close() }
-		cluster = func(i int) *region.Cluster {
-			var seeds []string
-			if i > 0 {
-				seeds = []string{net.JoinHostPort(c.host, fmt.Sprint(*gossipPort))}
-			}
-			return &region.Cluster{
-				Etcd: cli, Epoch: epoch.Config{Ranges: c.ranges, TTL: c.ttl, MaxSkew: c.skew}, Regions: names,
-				GRPCListen:    net.JoinHostPort(c.host, fmt.Sprint(*grpcPort+i)),
-				HTTPAdvertise: hs.scheme() + "://" + net.JoinHostPort(c.host, fmt.Sprint(*port+i)),
-				GossipBind:    c.host, GossipPort: *gossipPort + i, Seeds: seeds,
-				TLS: ids[names[i]], GossipKey: gossipKey[0], GossipOldKeys: gossipKey[1:],
-			}
+		for i := range p.regions {
+			p.regions[i].Cluster.Etcd = cli
 		}
 	}
 	var all []*served
@@ -505,39 +629,26 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
-	for i, name := range names {
-		eng, err := c.engines.build(name)
-		if err != nil {
-			return fail(err)
-		}
-		rc := region.Config{
-			Name: name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: ver.secret, Auth: ver.auth,
-			MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger, Engines: eng,
-			MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction, Tracer: ob.tracer(),
-		}
-		if cluster != nil {
-			rc.Cluster = cluster(i)
-		}
+	for i, rc := range p.regions {
 		r, err := region.Open(ctx, rc)
 		if err != nil {
-			return fail(fmt.Errorf("region %s: %w", name, err))
+			return fail(fmt.Errorf("region %s: %w", rc.Name, err))
 		}
-		ln, err := net.Listen("tcp", net.JoinHostPort(c.host, fmt.Sprint(*port+i)))
+		ln, err := net.Listen("tcp", p.listen[i])
 		if err != nil {
 			_ = r.Close()
 			return fail(err)
 		}
-		all = append(all, serveHTTP(r, ln, hs))
+		all = append(all, serveHTTP(r, ln, p.hs))
 	}
-	if err := ob.serveAdmin(c.obs.admin, regionsOf(all), stdout); err != nil {
+	if err := p.ob.serveAdmin(p.admin, regionsOf(all), stdout); err != nil {
 		return fail(err)
 	}
-	for _, s := range all {
-		fmt.Fprintf(stdout, "likes: region %q serving %s (data %s)\n", s.r.Name(), s.url, filepath.Join(c.data, s.r.Name()))
+	for i, s := range all {
+		fmt.Fprintf(stdout, "likes: region %q serving %s (data %s)\n", s.r.Name(), s.url, filepath.Join(p.regions[i].DataDir, s.r.Name()))
 	}
-	if len(names) > 1 {
-		fmt.Fprintf(stdout, "  etcd (pins, leases): http://%s   operators: likectl pins list --etcd http://%s\n",
-			net.JoinHostPort(etcdHostOf(c.host), fmt.Sprint(*etcdPort)), net.JoinHostPort(etcdHostOf(c.host), fmt.Sprint(*etcdPort)))
+	if p.etcd != nil {
+		fmt.Fprintf(stdout, "  etcd (pins, leases): http://%s   operators: likectl pins list --etcd http://%s\n", p.etcd.ClientAddr, p.etcd.ClientAddr)
 	}
 	base := all[0].url
 	fmt.Fprintf(stdout, "  get a token:  TOKEN=$(go run ./cmd/likectl token --user alice)\n")
@@ -547,218 +658,445 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return waitAndStop(ctx, logger, all, after, false)
 }
 
-func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("likesd run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var c common
-	c.register(fs)
-	name := fs.String("region", "", "this region's name (required)")
-	regions := fs.String("regions", "", "all region names, comma-separated, in failover preference order (default: --region alone)")
-	httpAddr := fs.String("http", "127.0.0.1:8080", "HTTP listen address")
-	grpcAddr := fs.String("grpc", "127.0.0.1:9080", "replication/forwarding gRPC listen address")
-	gossip := fs.String("gossip", "127.0.0.1:7946", "memberlist bind address")
-	seeds := fs.String("seeds", "", "comma-separated memberlist addresses of other regions")
-	etcd := fs.String("etcd", "", "comma-separated etcd endpoints, e.g. http://127.0.0.1:2379 (required with several --regions; empty: a standalone region)")
-	peerAddrs := fs.String("peer-addrs", "", "region=host:port,… overriding the gRPC address used to reach a peer (e.g. through a proxy)")
-	antiEntropy := fs.Duration("anti-entropy", 30*time.Second, "replication anti-entropy digest interval")
-	failbackAfter := fs.Duration("failback-after", 30*time.Second, "how long a region must be back (registered, not draining) before the ranges it is home to move back to it as planned moves (negative: never)")
-	failbackRate := fs.Float64("failback-rate", 10, "failback moves per second over the cluster")
-	peerProtoMax := fs.Int("peer-protocol-max", 0, "highest region-to-region protocol version to speak (0: the newest; 1 during a rolling upgrade from a release that speaks only 1)")
-	drainTimeout := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long to wait for the hand-off of this region's ranges (planned moves) and the shipper's flush before stopping anyway (0: stop at once, the ranges fail over)")
-	unsafe := fs.String("unsafe-break", "", "TESTING ONLY: switch guarantees off (fence,idempotency,lease) to prove the chaos checker fails")
-	c.sec.register(fs, true)
-	c.obs.register(fs, false)
-	var peerSec peerSecurity
-	peerSec.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	brk, err := region.ParseUnsafe(*unsafe)
+// runCmd is `likesd run`: its flags, and the plan they make.
+type runCmd struct {
+	fs                                *flag.FlagSet
+	c                                 common
+	name, regions                     string
+	httpAddr, grpcAddr, gossip        string
+	advHTTP, advGRPC, advGossip       string
+	seeds, etcd, peerAddrs            string
+	antiEntropy, failbackAfter, drain time.Duration
+	failbackRate                      float64
+	peerProtoMax                      int
+	unsafe                            string
+	peerSec                           peerSecurity
+}
+
+const runIntro = `Runs one region. With --etcd it joins a multi-region cluster (pins, leases,
+replication; embedded default store and log only), or, on the production
+engines, takes its write authority from etcd alone. Without --etcd it runs
+standalone, owning every user range; --store cassandra, --log kafka and
+--cache redis choose the production engines.`
+
+func newRunCmd() *runCmd {
+	r := &runCmd{fs: flag.NewFlagSet("likesd run", flag.ContinueOnError)}
+	fs := r.fs
+	registerConfig(fs)
+	r.c.register(fs)
+	fs.StringVar(&r.name, "region", "", "this region's name (required)")
+	fs.StringVar(&r.regions, "regions", "", "all region names, comma-separated, in failover preference order (default: --region alone)")
+	fs.StringVar(&r.httpAddr, "http", "127.0.0.1:8080", "HTTP listen address")
+	fs.StringVar(&r.grpcAddr, "grpc", "127.0.0.1:9080", "replication/forwarding gRPC listen address")
+	fs.StringVar(&r.gossip, "gossip", "127.0.0.1:7946", "memberlist bind address")
+	fs.StringVar(&r.advHTTP, "advertise-http", "", "the HTTP address clients and tools are told (host:port or an http(s):// URL; registered in etcd, shown by likectl regions; default: --http's)")
+	fs.StringVar(&r.advGRPC, "advertise-grpc", "", "the gRPC address (host:port) other regions are told, through gossip and etcd (default: --grpc's; required when --grpc listens on 0.0.0.0 or ::)")
+	fs.StringVar(&r.advGossip, "advertise-gossip", "", "the memberlist address (host[:port]) other regions are told (default: --gossip's; required when --gossip binds 0.0.0.0 or ::)")
+	fs.StringVar(&r.seeds, "seeds", "", "comma-separated memberlist addresses of other regions")
+	fs.StringVar(&r.etcd, "etcd", "", "comma-separated etcd endpoints, e.g. http://127.0.0.1:2379 (required with several --regions; empty: a standalone region)")
+	fs.StringVar(&r.peerAddrs, "peer-addrs", "", "comma-separated region=host:port overriding the gRPC address used to reach a peer (e.g. through a proxy)")
+	fs.DurationVar(&r.antiEntropy, "anti-entropy", 30*time.Second, "replication anti-entropy digest interval")
+	fs.DurationVar(&r.failbackAfter, "failback-after", 30*time.Second, "how long a region must be back (registered, not draining) before the ranges it is home to move back to it as planned moves (negative: never)")
+	fs.Float64Var(&r.failbackRate, "failback-rate", 10, "failback moves per second over the cluster")
+	fs.IntVar(&r.peerProtoMax, "peer-protocol-max", 0, "highest region-to-region protocol version to speak (0: the newest; 1 during a rolling upgrade from a release that speaks only 1)")
+	fs.DurationVar(&r.drain, "drain-timeout", 30*time.Second, "on SIGTERM, how long to wait for the hand-off of this region's ranges (planned moves) and the shipper's flush before stopping anyway (0: stop at once, the ranges fail over); the HTTP drain after it takes up to "+httpShutdownTimeout.String()+" more")
+	fs.StringVar(&r.unsafe, "unsafe-break", "", "TESTING ONLY: switch guarantees off (fence,idempotency,lease) to prove the chaos checker fails")
+	r.c.sec.register(fs, true)
+	r.c.obs.register(fs, false)
+	r.peerSec.register(fs)
+	return r
+}
+
+// clusterOnlyFlags do something only in a clustered region (--etcd); a
+// standalone region refuses them rather than ignoring them.
+var clusterOnlyFlags = []string{
+	"grpc", "gossip", "advertise-grpc", "advertise-gossip", "seeds", "peer-addrs", "anti-entropy", "failback-after", "failback-rate",
+	"peer-protocol-max", "drain-timeout", "lease-ttl", "max-skew", "ranges",
+	"tls-cert", "tls-key", "tls-ca", "gossip-key-file", "insecure-plaintext-peers",
+	"etcd-cacert", "etcd-cert", "etcd-key", "etcd-user",
+}
+
+// runPlan is a validated `likesd run`: nothing listens and nothing is dialed yet.
+type runPlan struct {
+	rc         region.Config // Cluster != nil: clustered; its Etcd is dialed at start
+	etcd       etcdepoch.ClientConfig
+	httpListen string
+	// httpAdvertise is the URL clients are told; "" until the listener is up
+	// when it is the listen address (a port 0 is resolved then).
+	httpAdvertise string
+	hs            httpSettings
+	drain         time.Duration
+	logger        *slog.Logger
+	ob            *observability // tracing, admin listener (obs.go)
+	admin         adminFlags
+}
+
+// plan validates every flag: every refusal happens here, before anything
+// listens or dials.
+func (rc *runCmd) plan(stderr io.Writer) (*runPlan, error) {
+	c := &rc.c
+	set := map[string]bool{}
+	rc.fs.Visit(func(f *flag.Flag) { set[f.Name] = true }) // the command line, the environment or the file
+	brk, err := region.ParseUnsafe(rc.unsafe)
 	if err != nil {
-		return fmt.Errorf("--unsafe-break: %w", err)
+		return nil, fmt.Errorf("--unsafe-break: %w", err)
 	}
 	overrides := map[string]string{}
-	if *peerAddrs != "" {
-		for _, kv := range strings.Split(*peerAddrs, ",") {
+	if rc.peerAddrs != "" {
+		for _, kv := range strings.Split(rc.peerAddrs, ",") {
 			k, v, ok := strings.Cut(kv, "=")
 			if !ok || k == "" || v == "" {
-				return fmt.Errorf("--peer-addrs: want region=host:port, got %q", kv)
+				return nil, fmt.Errorf("--peer-addrs: want region=host:port, got %q", kv)
 			}
 			overrides[k] = v
 		}
 	}
-	if *name == "" {
-		return errors.New("run: --region is required")
+	if rc.name == "" {
+		return nil, errors.New("run: --region is required")
 	}
-	if *regions == "" {
-		*regions = *name
+	regions := rc.regions
+	if regions == "" {
+		regions = rc.name
 	}
-	names, err := parseRegions(*regions)
+	names, err := parseRegions(regions)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if !slices.Contains(names, *name) {
-		return fmt.Errorf("run: --region %q is not in --regions %s", *name, *regions)
+	if !slices.Contains(names, rc.name) {
+		return nil, fmt.Errorf("run: --region %q is not in --regions %s", rc.name, regions)
 	}
-	eng, err := c.engines.build(*name)
+	eng, err := c.engines.build(rc.name)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	standalone := *etcd == ""
+	standalone := rc.etcd == ""
 	switch {
 	case standalone && len(names) > 1:
-		return errors.New("run: --etcd is required with several --regions (pins and leases live in etcd)")
-	case !standalone && !c.engines.embedded() && (len(names) > 1 || *seeds != "" || *peerAddrs != ""):
-		return fmt.Errorf("run: --store %s --log %s replicate with no other region: with --etcd such a region takes its pins and lease from etcd alone (--regions only itself, no --seeds or --peer-addrs); a multi-region cluster replicates the embedded store and log only (Cassandra has no replication source or sink yet)",
+		return nil, errors.New("run: --etcd is required with several --regions (pins and leases live in etcd)")
+	case !standalone && !c.engines.embedded() && (len(names) > 1 || rc.seeds != "" || rc.peerAddrs != ""):
+		return nil, fmt.Errorf("run: --store %s --log %s replicate with no other region: with --etcd such a region takes its pins and lease from etcd alone (--regions only itself, no --seeds or --peer-addrs); a multi-region cluster replicates the embedded store and log only (Cassandra has no replication source or sink yet)",
 			c.engines.store, c.engines.log)
-	case standalone && (*seeds != "" || *peerAddrs != ""):
-		return errors.New("run: --seeds and --peer-addrs need --etcd (a standalone region has no peers)")
+	case standalone && (rc.seeds != "" || rc.peerAddrs != ""):
+		return nil, errors.New("run: --seeds and --peer-addrs need --etcd (a standalone region has no peers)")
 	}
-	if !standalone && len(c.sec.etcdConfig(*etcd).Endpoints) == 0 {
-		return errors.New("run: --etcd names no endpoint")
+	if standalone {
+		var extra []string
+		for _, n := range clusterOnlyFlags {
+			if set[n] {
+				extra = append(extra, "--"+n)
+			}
+		}
+		if len(extra) > 0 {
+			return nil, fmt.Errorf("run: %s need --etcd (a standalone region has no peers, pins or lease); remove them or give --etcd", strings.Join(extra, ", "))
+		}
 	}
-	if standalone && (c.sec.etcdCA != "" || c.sec.etcdCert != "" || c.sec.etcdKey != "" || c.sec.etcdUser != "") {
-		return errors.New("run: --etcd-cacert, --etcd-cert, --etcd-key and --etcd-user need --etcd")
+	ecfg := c.sec.etcdConfig(rc.etcd)
+	if !standalone && len(ecfg.Endpoints) == 0 {
+		return nil, errors.New("run: --etcd names no endpoint")
+	}
+	if err := c.checkCommon(); err != nil {
+		return nil, err
 	}
 	hs, err := c.sec.httpConfig()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ob, err := c.obs.start(ctx, stderr, *name)
+	httpAdv, err := advertiseHTTP(rc.httpAddr, rc.advHTTP, hs.scheme(), !standalone)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer ob.close()
+	ob, err := c.obs.start(stderr, rc.name)
+	if err != nil {
+		return nil, err
+	}
 	logger := ob.logger
 	ver, err := c.sec.authConfig(os.Getenv(auth.EnvSecret), false, logger)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	p := &runPlan{etcd: ob.etcdClient(ecfg), httpListen: rc.httpAddr, httpAdvertise: httpAdv, hs: hs, logger: logger, drain: rc.drain, ob: ob, admin: c.obs.admin}
+	p.rc = c.regionConfig(rc.name, ver, eng, logger)
+	p.rc.Knobs = testKnobs(logger, brk)
 	if standalone {
-		return runStandalone(ctx, c, *name, *httpAddr, eng, brk, ver, hs, logger, stdout)
+		p.drain = 0
+		return p, nil
 	}
-	gHost, gPortS, err := net.SplitHostPort(*gossip)
+	gHost, gPort, err := splitPort("gossip", rc.gossip)
 	if err != nil {
-		return fmt.Errorf("--gossip: %w", err)
+		return nil, err
 	}
-	gPort, err := strconv.Atoi(gPortS)
+	if _, _, err := splitPort("grpc", rc.grpcAddr); err != nil {
+		return nil, err
+	}
+	grpcAdv, err := advertiseAddr("grpc", rc.grpcAddr, rc.advGRPC, true)
 	if err != nil {
-		return fmt.Errorf("--gossip port: %w", err)
+		return nil, err
 	}
-	peerID, gossipKey, err := peerSec.load(*name, logger)
+	gossipAdv, err := advertiseAddr("gossip", rc.gossip, rc.advGossip, false)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	cli, err := etcdepoch.NewClientWith(ob.etcdClient(c.sec.etcdConfig(*etcd)))
+	if rc.drain < 0 {
+		return nil, fmt.Errorf("--drain-timeout %v is negative", rc.drain)
+	}
+	if rc.antiEntropy <= 0 {
+		return nil, fmt.Errorf("--anti-entropy must be positive, got %v", rc.antiEntropy)
+	}
+	if rc.failbackRate <= 0 {
+		return nil, fmt.Errorf("--failback-rate must be positive, got %v", rc.failbackRate)
+	}
+	peerID, gossipKey, err := rc.peerSec.load(rc.name, logger)
 	if err != nil {
-		return fmt.Errorf("etcd %s: %w", *etcd, err)
+		return nil, err
 	}
-	defer cli.Close()
 	var seedList []string
-	if *seeds != "" {
-		seedList = strings.Split(*seeds, ",")
+	if rc.seeds != "" {
+		seedList = strings.Split(rc.seeds, ",")
 	}
-	ln, err := net.Listen("tcp", *httpAddr)
-	if err != nil {
-		return err
+	p.rc.Cluster = &region.Cluster{
+		Epoch: epoch.Config{Ranges: c.ranges, TTL: c.ttl, MaxSkew: c.skew}, Regions: names,
+		GRPCListen: rc.grpcAddr, GRPCAdvertise: grpcAdv, HTTPAdvertise: httpAdv,
+		GossipBind: gHost, GossipPort: gPort, GossipAdvertise: gossipAdv, Seeds: seedList,
+		PeerAddrs: overrides, AntiEntropy: rc.antiEntropy,
+		FailbackAfter: rc.failbackAfter, FailbackRate: rc.failbackRate, MaxProtocol: rc.peerProtoMax,
+		TLS: peerID, GossipKey: first(gossipKey), GossipOldKeys: rest(gossipKey),
 	}
-	r, err := region.Open(ctx, region.Config{
-		Name: *name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: ver.secret, Auth: ver.auth,
-		MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger, Engines: eng,
-		MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction, Knobs: testKnobs(logger, brk), Tracer: ob.tracer(),
-		Cluster: &region.Cluster{
-			Etcd: cli, Epoch: epoch.Config{Ranges: c.ranges, TTL: c.ttl, MaxSkew: c.skew}, Regions: names,
-			GRPCListen: *grpcAddr, HTTPAdvertise: hs.scheme() + "://" + ln.Addr().String(),
-			GossipBind: gHost, GossipPort: gPort, Seeds: seedList,
-			PeerAddrs: overrides, AntiEntropy: *antiEntropy,
-			FailbackAfter: *failbackAfter, FailbackRate: *failbackRate, MaxProtocol: *peerProtoMax,
-			TLS: peerID, GossipKey: first(gossipKey), GossipOldKeys: rest(gossipKey),
-		},
-	})
-	if err != nil {
-		_ = ln.Close()
-		return err
-	}
-	s := serveHTTP(r, ln, hs)
-	s.handoff = *drainTimeout
-	if err := ob.serveAdmin(c.obs.admin, []*region.Region{r}, stdout); err != nil {
-		_ = s.srv.Close()
-		_ = r.Close()
-		return err
-	}
-	fmt.Fprintf(stdout, "likes: region %q serving %s (gRPC %s, gossip %s, etcd %s)\n", *name, s.url, *grpcAddr, *gossip, *etcd)
-	return waitAndStop(ctx, logger, []*served{s}, nil, true)
+	return p, nil
 }
 
-// runStandalone runs one region without a cluster: it owns every user range.
-func runStandalone(ctx context.Context, c common, name, httpAddr string, eng region.Engines, brk region.Unsafe,
-	ver verification, hs httpSettings, logger *slog.Logger, stdout io.Writer) error {
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	ln, err := net.Listen("tcp", httpAddr)
+func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	rc := newRunCmd()
+	if err := parseCommand(rc.fs, args, stdout, runIntro); err != nil {
+		return err
+	}
+	p, err := rc.plan(stderr)
 	if err != nil {
 		return err
 	}
-	r, err := region.Open(ctx, region.Config{
-		Name: name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: ver.secret, Auth: ver.auth,
-		MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger, Engines: eng,
-		MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction, Knobs: testKnobs(logger, brk), Tracer: c.obs.started.tracer(),
-	})
+	return p.start(ctx, stdout)
+}
+
+func (p *runPlan) start(ctx context.Context, stdout io.Writer) error {
+	defer p.ob.close()
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cl := p.rc.Cluster
+	if cl != nil {
+		cli, err := etcdepoch.NewClientWith(p.etcd)
+		if err != nil {
+			return fmt.Errorf("etcd %s: %w", strings.Join(p.etcd.Endpoints, ","), err)
+		}
+		defer cli.Close()
+		cl.Etcd = cli
+	}
+	ln, err := net.Listen("tcp", p.httpListen)
+	if err != nil {
+		return err
+	}
+	adv := p.httpAdvertise
+	if adv == "" {
+		adv = p.hs.scheme() + "://" + ln.Addr().String()
+	}
+	if cl != nil {
+		cl.HTTPAdvertise = adv
+	}
+	r, err := region.Open(ctx, p.rc)
 	if err != nil {
 		_ = ln.Close()
 		return err
 	}
-	s := serveHTTP(r, ln, hs)
-	if err := c.obs.started.serveAdmin(c.obs.admin, []*region.Region{r}, stdout); err != nil {
+	s := serveHTTP(r, ln, p.hs)
+	s.handoff = p.drain
+	if err := p.ob.serveAdmin(p.admin, []*region.Region{r}, stdout); err != nil {
 		_ = s.srv.Close()
 		_ = r.Close()
 		return err
 	}
-	fmt.Fprintf(stdout, "likes: region %q serving %s standalone (%s)\n", name, s.url, r.Engines().String())
-	return waitAndStop(ctx, logger, []*served{s}, nil, true)
+	if cl == nil {
+		fmt.Fprintf(stdout, "likes: region %q serving %s standalone (%s; advertised %s)\n", p.rc.Name, s.url, r.Engines().String(), adv)
+	} else {
+		fmt.Fprintf(stdout, "likes: region %q serving %s (advertised %s; gRPC %s advertised %s; gossip %s advertised %s; etcd %s)\n",
+			p.rc.Name, s.url, adv, r.GRPCAddr(), orDefault(cl.GRPCAdvertise, r.GRPCAddr()),
+			net.JoinHostPort(cl.GossipBind, strconv.Itoa(cl.GossipPort)), r.GossipAddr(), strings.Join(p.etcd.Endpoints, ","))
+	}
+	return waitAndStop(ctx, p.logger, []*served{s}, nil, true)
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// splitPort splits a --name host:port flag.
+func splitPort(name, addr string) (string, int, error) {
+	h, ps, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("--%s %q: %w", name, addr, err)
+	}
+	port, err := strconv.Atoi(ps)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("--%s %q: bad port %q", name, addr, ps)
+	}
+	return h, port, nil
+}
+
+// unspecifiedHost reports whether host binds every interface (0.0.0.0, ::
+// or empty), an address no peer can dial.
+func unspecifiedHost(host string) bool {
+	if host == "" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsUnspecified()
+}
+
+// errAdvertise prefixes a refused or missing advertised address.
+var errAdvertise = errors.New("advertise")
+
+// advertiseAddr is the address of --advertise-<name>: adv checked, or ""
+// (the listener's own address, resolved once it listens) when the listen
+// host is one a peer can dial. needPort: adv must be host:port; otherwise a
+// bare host takes the listen port.
+func advertiseAddr(name, listen, adv string, needPort bool) (string, error) {
+	lh, lp, err := splitPort(name, listen)
+	if err != nil {
+		return "", err
+	}
+	if adv == "" {
+		if unspecifiedHost(lh) {
+			return "", fmt.Errorf("%w: --%s %s listens on every interface, an address no peer can dial: give --advertise-%s HOST:PORT, the address other regions reach this one at (e.g. the pod's DNS name or the host's private IP)",
+				errAdvertise, name, listen, name)
+		}
+		return "", nil
+	}
+	h, ps, err := net.SplitHostPort(adv)
+	if err != nil {
+		if needPort || strings.Contains(adv, "]:") {
+			return "", fmt.Errorf("%w: --advertise-%s %q: want host:port: %w", errAdvertise, name, adv, err)
+		}
+		h, ps = strings.Trim(adv, "[]"), strconv.Itoa(lp)
+	}
+	port, perr := strconv.Atoi(ps)
+	switch {
+	case h == "" || unspecifiedHost(h):
+		return "", fmt.Errorf("%w: --advertise-%s %q: the host must be one peers can dial, not empty, 0.0.0.0 or the IPv6 any-address", errAdvertise, name, adv)
+	case strings.ContainsAny(h, "/ ,"):
+		return "", fmt.Errorf("%w: --advertise-%s %q: bad host", errAdvertise, name, adv)
+	case perr != nil || port < 1 || port > 65535:
+		return "", fmt.Errorf("%w: --advertise-%s %q: bad port", errAdvertise, name, adv)
+	}
+	return net.JoinHostPort(h, strconv.Itoa(port)), nil
+}
+
+// advertiseHTTP is the URL of --advertise-http (host:port or http(s)://…),
+// or "" for the listener's own address. A clustered region (cluster)
+// refuses an unspecified listen host without it; a standalone one only
+// prints the address.
+func advertiseHTTP(listen, adv, scheme string, cluster bool) (string, error) {
+	lh, _, err := splitPort("http", listen)
+	if err != nil {
+		return "", err
+	}
+	if adv == "" {
+		if cluster && unspecifiedHost(lh) {
+			return "", fmt.Errorf("%w: --http %s listens on every interface, an address no client or tool can use: give --advertise-http HOST:PORT or URL, the address this region is reached at (e.g. https://us.likes.example)",
+				errAdvertise, listen)
+		}
+		return "", nil
+	}
+	if strings.Contains(adv, "://") {
+		u, err := url.Parse(adv)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || unspecifiedHost(u.Hostname()) ||
+			u.User != nil || u.RawQuery != "" || u.Fragment != "" || (u.Path != "" && u.Path != "/") {
+			return "", fmt.Errorf("%w: --advertise-http %q: want host:port or an http(s)://host[:port] URL with no path", errAdvertise, adv)
+		}
+		return strings.TrimSuffix(adv, "/"), nil
+	}
+	hp, err := advertiseAddr("http", "localhost:1", adv, true)
+	if err != nil {
+		return "", err
+	}
+	return scheme + "://" + hp, nil
+}
+
+// etcdCmd is `likesd etcd`.
+type etcdCmd struct {
+	fs            *flag.FlagSet
+	host, data    string
+	port          int
+	cert, key, ca string
+	insecure      bool
+}
+
+const etcdIntro = `Runs a standalone embedded etcd (pins, epochs, leases) for local multi-process use.`
+
+func newEtcdCmd() *etcdCmd {
+	e := &etcdCmd{fs: flag.NewFlagSet("likesd etcd", flag.ContinueOnError)}
+	fs := e.fs
+	registerConfig(fs)
+	fs.StringVar(&e.host, "host", "127.0.0.1", "address to listen on")
+	fs.IntVar(&e.port, "client-port", 2379, "client port (peer port is client-port+1)")
+	fs.StringVar(&e.data, "data", "./likes-data/etcd", "data folder")
+	fs.StringVar(&e.cert, "tls-cert", "", "serve clients over TLS with this certificate (PEM)")
+	fs.StringVar(&e.key, "tls-key", "", "the certificate's key (PEM)")
+	fs.StringVar(&e.ca, "tls-ca", "", "require client certificates signed by this CA (PEM; with --tls-cert)")
+	fs.BoolVar(&e.insecure, "insecure-plaintext", false, "INSECURE: serve plaintext beyond loopback")
+	return e
+}
+
+// plan validates the flags.
+func (e *etcdCmd) plan() (*etcdembed.EmbeddedConfig, error) {
+	if err := checkPort("client-port", e.port); err != nil {
+		return nil, err
+	}
+	if e.port == 65535 {
+		return nil, errors.New("etcd: --client-port 65535 leaves no peer port (client-port+1)")
+	}
+	if (e.cert == "") != (e.key == "") || (e.ca != "" && e.cert == "") {
+		return nil, errors.New("etcd: --tls-cert and --tls-key go together, and --tls-ca needs them")
+	}
+	if e.insecure && e.cert != "" {
+		return nil, errors.New("etcd: --insecure-plaintext cannot be combined with --tls-cert")
+	}
+	if e.cert == "" && !isLoopback(e.host) && !e.insecure {
+		return nil, fmt.Errorf("etcd: --host %s is beyond loopback: give --tls-cert/--tls-key (and --tls-ca for client certificates), or --insecure-plaintext on a trusted network", e.host)
+	}
+	return &etcdembed.EmbeddedConfig{
+		Dir: e.data, ClientAddr: net.JoinHostPort(e.host, fmt.Sprint(e.port)), PeerAddr: net.JoinHostPort(e.host, fmt.Sprint(e.port+1)),
+		ClientTLS: etcdembed.EmbeddedTLS{CertFile: e.cert, KeyFile: e.key, TrustedCAFile: e.ca, ClientCertAuth: e.ca != ""},
+	}, nil
 }
 
 func runEtcd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("likesd etcd", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	host := fs.String("host", "127.0.0.1", "address to listen on")
-	port := fs.Int("client-port", 2379, "client port (peer port is client-port+1)")
-	data := fs.String("data", "./likes-data/etcd", "data folder")
-	cert := fs.String("tls-cert", "", "serve clients over TLS with this certificate (PEM)")
-	key := fs.String("tls-key", "", "the certificate's key (PEM)")
-	ca := fs.String("tls-ca", "", "require client certificates signed by this CA (PEM; with --tls-cert)")
-	insecure := fs.Bool("insecure-plaintext", false, "INSECURE: serve plaintext beyond loopback")
-	if err := fs.Parse(args); err != nil {
+	ec := newEtcdCmd()
+	if err := parseCommand(ec.fs, args, stdout, etcdIntro); err != nil {
 		return err
 	}
-	if err := checkPort("client-port", *port); err != nil {
+	cfg, err := ec.plan()
+	if err != nil {
 		return err
-	}
-	if (*cert == "") != (*key == "") || (*ca != "" && *cert == "") {
-		return errors.New("etcd: --tls-cert and --tls-key go together, and --tls-ca needs them")
-	}
-	if *cert == "" && !isLoopback(*host) && !*insecure {
-		return fmt.Errorf("etcd: --host %s is beyond loopback: give --tls-cert/--tls-key (and --tls-ca for client certificates), or --insecure-plaintext on a trusted network", *host)
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	e, err := etcdembed.StartEmbedded(etcdembed.EmbeddedConfig{
-		Dir: *data, ClientAddr: net.JoinHostPort(*host, fmt.Sprint(*port)), PeerAddr: net.JoinHostPort(*host, fmt.Sprint(*port+1)),
-		ClientTLS: etcdembed.EmbeddedTLS{CertFile: *cert, KeyFile: *key, TrustedCAFile: *ca, ClientCertAuth: *ca != ""},
-	})
+	e, err := etcdembed.StartEmbedded(*cfg)
 	if err != nil {
 		return err
 	}
 	defer e.Close()
-	fmt.Fprintf(stdout, "likes: embedded etcd serving %s (data %s); Ctrl-C stops\n", strings.Join(e.Endpoints(), ","), *data)
+	fmt.Fprintf(stdout, "likes: embedded etcd serving %s (data %s); Ctrl-C stops\n", strings.Join(e.Endpoints(), ","), cfg.Dir)
 	select {
 	case <-ctx.Done():
 		return nil
 	case err := <-e.Err():
 		return err
 	}
+}
+
+// commandFlagSets are the flag sets of every command, for hints and tests.
+func commandFlagSets() []*flag.FlagSet {
+	return []*flag.FlagSet{newDevCmd().fs, newRunCmd().fs, newEtcdCmd().fs}
 }
 
 // isLoopback reports whether host is a loopback name or address.

@@ -56,7 +56,7 @@ type observability struct {
 // start validates the flags and builds the logger and the tracer provider
 // (region names the one region of `likesd run`, "" for dev). Nothing listens
 // yet.
-func (o *obsFlags) start(ctx context.Context, stderr io.Writer, region string) (*observability, error) {
+func (o *obsFlags) start(stderr io.Writer, region string) (*observability, error) {
 	lo, err := logging.Parse(o.logFormat, o.logLevel)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errObs, err)
@@ -81,7 +81,7 @@ func (o *obsFlags) start(ctx context.Context, stderr io.Writer, region string) (
 	if region != "" {
 		attrs = append(attrs, tracing.RegionKey.String(region))
 	}
-	ob.tp, err = tracing.New(ctx, tracing.Config{Endpoint: o.otlpEndpoint, Insecure: o.otlpInsecure, SampleRatio: o.sampleRatio, Attributes: attrs})
+	ob.tp, err = tracing.New(context.Background(), tracing.Config{Endpoint: o.otlpEndpoint, Insecure: o.otlpInsecure, SampleRatio: o.sampleRatio, Attributes: attrs})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errObs, err)
 	}
@@ -94,6 +94,14 @@ func (o *obsFlags) start(ctx context.Context, stderr io.Writer, region string) (
 	}
 	o.started = ob
 	return ob, nil
+}
+
+// tracer is the started provider (nil before start: region.Open's default).
+func (o *obsFlags) tracer() trace.TracerProvider {
+	if o.started == nil {
+		return nil
+	}
+	return o.started.tracer()
 }
 
 // tracer is the provider the regions are given.

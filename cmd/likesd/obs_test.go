@@ -52,7 +52,7 @@ func TestLoggingFlagsTakeEffect(t *testing.T) {
 	} {
 		var buf bytes.Buffer
 		o := obsFlags{logFormat: tc.format, logLevel: tc.level, sampleRatio: 1}
-		ob, err := o.start(context.Background(), &buf, "us")
+		ob, err := o.start(&buf, "us")
 		if err != nil {
 			t.Fatal(err)
 		}

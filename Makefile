@@ -13,12 +13,17 @@ run:
 ## scripts/servers.sh, stopped after)
 test: tools lint test-rules unit test-engines
 
-## tools: install protoc (Debian's protobuf-compiler) when missing; protoc-gen-go is pinned in go.mod
+## tools: install protoc (Debian's protobuf-compiler) and chromium (the operator console's
+## browser test) when missing; protoc-gen-go is pinned in go.mod
 tools:
 	@command -v protoc >/dev/null || { \
 	  echo "installing protoc (protobuf-compiler)"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq protobuf-compiler >/dev/null; }
+	@command -v chromium >/dev/null || { \
+	  echo "installing chromium (the console test's headless browser)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
 ## test-rules: check the Prometheus rules and run their unit tests (promtool from Debian's
 ## package prometheus, installed when missing; its server is not started)

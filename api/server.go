@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/likes-dev/likes/auth"
 	"github.com/likes-dev/likes/clock"
@@ -21,6 +23,7 @@ import (
 	"github.com/likes-dev/likes/crdt"
 	"github.com/likes-dev/likes/edge"
 	"github.com/likes-dev/likes/internal/sessiontok"
+	"github.com/likes-dev/likes/internal/tracing"
 )
 
 // Limiter is a rate limiter keyed by user or IP.
@@ -68,6 +71,11 @@ type Config struct {
 	// read whose token is newer than the local replica). Nil: such reads are
 	// answered from the token.
 	Owner OwnerReader
+	// Tracer makes a server span per request (nil: none). Logger gets one
+	// line per request with its request id and trace id (nil: none); see
+	// tracing.HTTP for the levels.
+	Tracer trace.TracerProvider
+	Logger *slog.Logger
 }
 
 // OwnerReader reads the register of (user, item) at region owner over the
@@ -151,7 +159,7 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(http.StatusNotFound, "not_found", "no such route: "+r.Method+" "+r.URL.Path))
 	})
-	s.handler = s.mux
+	s.handler = tracing.HTTP(tracing.HTTPConfig{Tracer: cfg.Tracer, Logger: cfg.Logger, Region: cfg.Region, Clock: cfg.Clock}, s.mux)
 	return s, nil
 }
 

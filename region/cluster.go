@@ -13,6 +13,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -24,8 +25,9 @@ import (
 	"github.com/likes-dev/likes/epoch"
 	"github.com/likes-dev/likes/epoch/etcdepoch"
 	"github.com/likes-dev/likes/internal/peertls"
-	"github.com/likes-dev/likes/replication"
+	"github.com/likes-dev/likes/internal/tracing"
 	"github.com/likes-dev/likes/replica"
+	"github.com/likes-dev/likes/replication"
 	"github.com/likes-dev/likes/store/cassandra"
 	"github.com/likes-dev/likes/store/pebblestore"
 )
@@ -88,6 +90,9 @@ type Cluster struct {
 	// progress: every region first accepts the new key, then sends with it,
 	// then drops the old one).
 	GossipOldKeys [][]byte
+
+	// tracer is Config.Tracer (set by Open on its copy of the Cluster).
+	tracer trace.TracerProvider
 }
 
 // overridePeers is a replication.PeerSource that rewrites peers' addresses.
@@ -261,7 +266,7 @@ func startCluster(ctx context.Context, name string, c *Cluster, st replicaStore,
 	}
 
 	p.grpcMetrics = replication.NewGRPCMetrics(clk)
-	sopts := append(replication.ServerOptions(), p.grpcMetrics.ServerOption())
+	sopts := append(replication.ServerOptions(tracing.ServerOptions(c.tracer, name, log)...), p.grpcMetrics.ServerOption())
 	var creds func(string) credentials.TransportCredentials
 	if c.TLS != nil {
 		sopts = append(sopts, grpc.Creds(c.TLS.ServerCredentials()))
@@ -300,8 +305,9 @@ func startCluster(ctx context.Context, name string, c *Cluster, st replicaStore,
 			log.Warn("memberlist join failed; will learn peers when they join us", "seeds", c.Seeds, "err", err)
 		}
 	}
+	dialOpts := tracing.DialOptions(c.tracer, name)
 	p.transport, err = replication.NewGRPCTransport(replication.TransportConfig{Credentials: creds, MaxProtocol: c.MaxProtocol,
-		Interceptors: []grpc.UnaryClientInterceptor{p.grpcMetrics.ClientInterceptor()}})
+		Interceptors: []grpc.UnaryClientInterceptor{p.grpcMetrics.ClientInterceptor()}, DialOptions: dialOpts})
 	if err != nil {
 		return fail(err)
 	}
@@ -315,6 +321,7 @@ func startCluster(ctx context.Context, name string, c *Cluster, st replicaStore,
 	}
 	p.forwarder = api.NewForwarder(name, p.resolve, creds)
 	p.forwarder.MaxProtocol = c.MaxProtocol
+	p.forwarder.DialOptions = dialOpts
 	p.maxProtocol = c.MaxProtocol
 	barrier, err := catchup.NewBarrier(catchup.Config{
 		Self: name, Partitions: st.Partitions(), Pins: p.authority, Dir: dir, Cursors: st,

@@ -13,6 +13,7 @@ import (
 	"github.com/likes-dev/likes/counts"
 	"github.com/likes-dev/likes/edge"
 	"github.com/likes-dev/likes/internal/buildinfo"
+	"github.com/likes-dev/likes/internal/tracing"
 	"github.com/likes-dev/likes/pipeline"
 	"github.com/likes-dev/likes/stream/kafkalog"
 )
@@ -75,6 +76,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Tracer == nil {
+		cfg.Tracer = tracing.IDsOnly()
+	}
 	if cfg.UserRate == 0 {
 		cfg.UserRate = 20
 	}
@@ -125,7 +129,9 @@ func (o *opening) joinCluster(ctx context.Context) error {
 		replica = r.Cassandra
 	}
 	var err error
-	if r.cluster, err = startCluster(ctx, cfg.Name, cfg.Cluster, replica, cfg.Clock, o.log); err != nil {
+	cc := *cfg.Cluster
+	cc.tracer = cfg.Tracer
+	if r.cluster, err = startCluster(ctx, cfg.Name, &cc, replica, cfg.Clock, o.log); err != nil {
 		return err
 	}
 	o.authority = r.cluster.authority
@@ -256,7 +262,7 @@ func (o *opening) openAPI(context.Context) error {
 		Region: cfg.Name, Service: r.Service, Eraser: r.Eraser, Store: r.Backend, Counts: r.Counts,
 		Verifier:    verifier,
 		UserLimiter: o.caches.user, IPLimiter: o.caches.ip, MaxInFlightWrites: cfg.MaxInFlightWrites,
-		Registry: r.Registry, Clock: cfg.Clock,
+		Registry: r.Registry, Clock: cfg.Clock, Tracer: cfg.Tracer, Logger: o.log,
 	})
 	return err
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gocql/gocql"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/likes-dev/likes/api"
 	"github.com/likes-dev/likes/auth"
@@ -78,6 +79,10 @@ type Config struct {
 	Knobs  *TestingKnobs
 	Clock  clock.Clock
 	Logger *slog.Logger
+	// Tracer makes the region's spans: HTTP requests, forwarding, the
+	// erasure relay, replication pushes (default tracing.IDsOnly: trace ids
+	// for the logs, nothing recorded).
+	Tracer trace.TracerProvider
 }
 
 // Unsafe lists the guarantees that can be switched off for testing the checker.
@@ -176,6 +181,11 @@ type Region struct {
 	once       sync.Once
 	closeErr   error
 
+	// consoleMu guards consoleClosed: Close waits for a console read in
+	// flight, and none starts after it (console.go).
+	consoleMu     sync.RWMutex
+	consoleClosed bool
+
 	draining     atomic.Bool
 	readyMu      sync.Mutex
 	readyChecks  []ReadyCheck
@@ -207,6 +217,9 @@ func (r *Region) Name() string { return r.cfg.Name }
 // Close stops the region. Idempotent.
 func (r *Region) Close() error {
 	r.once.Do(func() {
+		r.consoleMu.Lock()
+		r.consoleClosed = true
+		r.consoleMu.Unlock()
 		var errs []error
 		add := func(err error) {
 			if err != nil {

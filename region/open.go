@@ -109,12 +109,13 @@ func (o *opening) joinCluster(ctx context.Context) error {
 		return nil
 	}
 	// Replication ships the store's own log and cells (Pebble or Cassandra,
-	// whichever log the aggregators read).
+	// whichever log the aggregators read). A peerless region on Cassandra
+	// takes only its write authority from etcd, as before.
 	var replica replicaStore
 	switch {
 	case r.Store != nil:
 		replica = r.Store
-	case r.Cassandra != nil:
+	case r.Cassandra != nil && !cfg.Cluster.Peerless(cfg.Name):
 		replica = r.Cassandra
 	}
 	var err error

@@ -23,8 +23,8 @@ import (
 	"github.com/likes-dev/likes/epoch"
 	"github.com/likes-dev/likes/epoch/etcdepoch"
 	"github.com/likes-dev/likes/internal/peertls"
-	"github.com/likes-dev/likes/replication"
 	"github.com/likes-dev/likes/replica"
+	"github.com/likes-dev/likes/replication"
 	"github.com/likes-dev/likes/store/cassandra"
 	"github.com/likes-dev/likes/store/pebblestore"
 )

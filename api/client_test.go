@@ -18,7 +18,7 @@ func TestClientAgainstServer(t *testing.T) {
 	ctx := context.Background()
 	newClient := func(tok string, opts ...client.Option) *client.Client {
 		t.Helper()
-		c, err := client.New(e.srv.URL, append([]client.Option{client.WithHTTPClient(e.client), client.WithToken(tok)}, opts...)...)
+		c, err := client.New(e.srv.URL, append([]client.Option{client.WithHTTPClient(checkRequests(t, e.client)), client.WithToken(tok)}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +142,7 @@ func TestClientAgainstServer(t *testing.T) {
 func TestClientSessionReadYourWrites(t *testing.T) {
 	e := newRegionEnv(t, nil)
 	ctx := context.Background()
-	c, err := client.New(e.srv.URL, client.WithHTTPClient(e.client), client.WithToken(e.token("dana", false)))
+	c, err := client.New(e.srv.URL, client.WithHTTPClient(checkRequests(t, e.client)), client.WithToken(e.token("dana", false)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -18,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -404,4 +406,114 @@ func TestMain(m *testing.M) {
 		coverage.mu.Unlock()
 	}
 	os.Exit(code)
+}
+
+// TestContractOperatorAnswers exercises the answers no other test reads in
+// full (a log page with events, an unready region, a mismatched reconcile
+// after healing, the metrics text), so the contract checks them too.
+func TestContractOperatorAnswers(t *testing.T) {
+	e := newRegionEnv(t, nil)
+	admin := e.token("root", true)
+	for i, u := range []string{"a", "b"} {
+		mustAnswer(t, e.like(e.token(u, false), "ops-item", fmt.Sprint("k", i)), true, true)
+	}
+	e.countAfter("ops-item", time.Now())
+	events := 0
+	for p := range 4 {
+		r := e.do(call{method: "GET", path: fmt.Sprintf("/v1/admin/log?partition=%d&limit=10", p), token: admin})
+		if r.status != http.StatusOK {
+			t.Fatalf("log: %v", r)
+		}
+		var page struct {
+			Events []json.RawMessage `json:"events"`
+		}
+		if err := json.Unmarshal(r.body, &page); err != nil {
+			t.Fatal(err)
+		}
+		events += len(page.Events)
+	}
+	if events < 2 {
+		t.Fatalf("the log pages held %d events, want the 2 likes", events)
+	}
+	if r := e.do(call{method: "POST", path: "/v1/admin/reconcile", token: admin, body: []byte(`{"heal":true}`)}); r.status != http.StatusOK && r.status != http.StatusConflict {
+		t.Fatalf("reconcile heal: %v", r)
+	}
+	if r := e.do(call{method: "GET", path: "/metrics"}); r.status != http.StatusOK || !strings.Contains(string(r.body), "# TYPE") {
+		t.Fatalf("metrics: %d", r.status)
+	}
+	if r := e.do(call{method: "GET", path: "/v1/admin/status", token: admin}); r.status != http.StatusOK {
+		t.Fatalf("status: %v", r)
+	}
+	// An unready region answers 503 not_ready with Retry-After.
+	e.reg.AddReadyCheck("contract-test", func(context.Context) error { return errors.New("not today") })
+	wantError(t, e.do(call{method: "GET", path: "/readyz"}), http.StatusServiceUnavailable, "not_ready")
+}
+
+// requestCheck validates every request against the document before sending
+// it (for a well-behaved client such as package client; the api tests send
+// invalid requests on purpose and do not use it).
+type requestCheck struct {
+	t    testing.TB
+	base http.RoundTripper
+}
+
+func (c *requestCheck) RoundTrip(req *http.Request) (*http.Response, error) {
+	doc := spec(c.t)
+	route, params, ok := findRoute(doc, req)
+	if !ok {
+		c.t.Errorf("request %s %s is not in api/openapi.yaml", req.Method, req.URL.EscapedPath())
+		return c.base.RoundTrip(req)
+	}
+	var body []byte
+	if req.Body != nil {
+		b, err := io.ReadAll(req.Body)
+		_ = req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		body = b
+	}
+	check := req.Clone(req.Context())
+	check.Body = io.NopCloser(bytes.NewReader(body))
+	in := &openapi3filter.RequestValidationInput{
+		Request: check, PathParams: params, Route: route,
+		Options: &openapi3filter.Options{AuthenticationFunc: func(_ context.Context, ai *openapi3filter.AuthenticationInput) error {
+			if req.Header.Get("Authorization") == "" {
+				return errors.New("no bearer token")
+			}
+			return nil
+		}, MultiError: true},
+	}
+	if err := openapi3filter.ValidateRequest(req.Context(), in); err != nil {
+		c.t.Errorf("request %s %s (%s) does not match api/openapi.yaml: %v", req.Method, req.URL.EscapedPath(), route.Operation.OperationID, err)
+	}
+	if body != nil {
+		req.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	return c.base.RoundTrip(req)
+}
+
+// checkRequests wraps a client so its requests are validated too.
+func checkRequests(t testing.TB, c *http.Client) *http.Client {
+	cc := *c
+	base := cc.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	cc.Transport = &requestCheck{t: t, base: base}
+	return &cc
+}
+
+// TestServesOpenAPI: GET /v1/openapi.yaml is the embedded document, with an
+// ETag that answers 304.
+func TestServesOpenAPI(t *testing.T) {
+	e := newKit(t, kitOptions{})
+	r := e.do(call{method: "GET", path: "/v1/openapi.yaml"})
+	if r.status != http.StatusOK || !bytes.Equal(r.body, api.OpenAPI) || r.header.Get("Content-Type") != "application/yaml" {
+		t.Fatalf("GET /v1/openapi.yaml: %d %q, %d bytes", r.status, r.header.Get("Content-Type"), len(r.body))
+	}
+	etag := r.header.Get("ETag")
+	if r := e.do(call{method: "GET", path: "/v1/openapi.yaml", header: map[string]string{"If-None-Match": etag}}); r.status != http.StatusNotModified {
+		t.Fatalf("If-None-Match: %v", r)
+	}
 }

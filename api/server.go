@@ -137,6 +137,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Clock = clock.Real{}
 	}
 	s := &Server{cfg: cfg, cdn: cfg.CDN.withDefaults(), m: NewMetrics(cfg.Registry), mux: http.NewServeMux(), slots: make(chan struct{}, cfg.MaxInFlightWrites)}
+	s.m.watchHot(&s.hot, cfg.Clock)
 	s.route("POST /v1/items/{itemId}/likes", "like", s.like)
 	s.route("DELETE /v1/items/{itemId}/likes/{userId}", "unlike", s.unlike)
 	s.route("GET /v1/items/{itemId}/count", "count", s.count)
@@ -149,6 +150,7 @@ func New(cfg Config) (*Server, error) {
 	s.route("GET /v1/admin/status", "status", s.status)
 	s.route("POST /v1/admin/reconcile", "reconcile", s.reconcile)
 	s.route("GET /v1/admin/log", "log", s.log)
+	s.route("GET /v1/openapi.yaml", "openapi", s.openapi)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "region": cfg.Region})
 	})
@@ -414,6 +416,7 @@ func (s *Server) count(w http.ResponseWriter, r *http.Request) *apiError {
 		return retryable(http.StatusServiceUnavailable, "unavailable", "count unavailable: "+err.Error(), time.Second)
 	}
 	body := countBody(item, res)
+	s.m.served(res)
 	if s.publicCache(w, r, countETag(body), item) {
 		return nil
 	}
@@ -502,6 +505,7 @@ func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) *apiError {
 			return retryable(http.StatusServiceUnavailable, "unavailable", "count unavailable", time.Second)
 		}
 		cj := countBody(item, res)
+		s.m.served(res)
 		if authed {
 			reg, source, err := s.buttonAtLeast(r, c.User, item)
 			if err != nil {

@@ -27,6 +27,9 @@ var (
 	// ErrTransport: no (complete) answer: the connection failed, was cut off
 	// or the attempt timed out. The underlying error stays in the chain.
 	ErrTransport = errors.New("client: transport failure")
+	// ErrAnswerCut: the status line arrived but the body was cut off (always
+	// with ErrTransport; the request may have been applied).
+	ErrAnswerCut = errors.New("client: answer cut off")
 	// ErrBadAnswer: a success status whose body does not decode.
 	ErrBadAnswer = errors.New("client: malformed answer")
 	// ErrInvalidArgument: an argument the API would refuse (no request is sent).
@@ -309,6 +312,7 @@ type callOpts struct {
 	session     *string
 	anonymous   bool
 	ifNoneMatch string
+	onAttempt   func(Attempt)
 }
 
 // IdempotencyKey sets the call's key (Like, Unlike) instead of a generated
@@ -325,6 +329,10 @@ func SessionToken(tok string) CallOption { return func(o *callOpts) { o.session 
 
 // Anonymous sends no Authorization (a public, cacheable BatchGet).
 func Anonymous() CallOption { return func(o *callOpts) { o.anonymous = true } }
+
+// OnAttempt calls f after each attempt of this call (after the client's
+// WithObserver), from the calling goroutine.
+func OnAttempt(f func(Attempt)) CallOption { return func(o *callOpts) { o.onAttempt = f } }
 
 // IfNoneMatch sends an ETag (Count, BatchGet); a match answers NotModified.
 func IfNoneMatch(etag string) CallOption { return func(o *callOpts) { o.ifNoneMatch = etag } }
@@ -373,17 +381,17 @@ func (c *Client) do(ctx context.Context, r request, o callOpts) (response, error
 					c.session.Set(s)
 				}
 			}
-			c.observe(a)
+			c.observe(a, o)
 			return res, nil
 		}
 		last = err
 		wait, retry := c.backoff(ctx, err, n, waited)
 		if !retry {
-			c.observe(a)
+			c.observe(a, o)
 			return res, err
 		}
 		a.Wait = wait
-		c.observe(a)
+		c.observe(a, o)
 		if err := c.sleep(ctx, wait); err != nil {
 			return response{}, fmt.Errorf("client: %s: %w (last attempt: %w)", r.op, err, last)
 		}
@@ -391,9 +399,12 @@ func (c *Client) do(ctx context.Context, r request, o callOpts) (response, error
 	}
 }
 
-func (c *Client) observe(a Attempt) {
+func (c *Client) observe(a Attempt, o callOpts) {
 	if c.observer != nil {
 		c.observer(a)
+	}
+	if o.onAttempt != nil {
+		o.onAttempt(a)
 	}
 }
 
@@ -482,10 +493,10 @@ func (c *Client) attempt(ctx context.Context, r request, n int, tok, sess string
 	a.Status, a.Header = res.StatusCode, res.Header
 	out := response{status: res.StatusCode, header: res.Header, body: raw}
 	if err != nil {
-		a.Err = fmt.Errorf("%w: %s: reading the %d answer: %w", ErrTransport, r.op, res.StatusCode, err)
+		a.Err = fmt.Errorf("%w: %w: %s: reading the %d answer: %w", ErrTransport, ErrAnswerCut, r.op, res.StatusCode, err)
 		return out, a, a.Err
 	}
-	if res.StatusCode >= 400 {
+	if res.StatusCode/100 != 2 && res.StatusCode != http.StatusNotModified {
 		e := &Error{Status: res.StatusCode}
 		var eb struct {
 			Error struct {

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -444,5 +445,81 @@ func TestWithoutRetries(t *testing.T) {
 	}
 	if len(seen) != 1 || seen[0].Status != 503 || seen[0].Code != client.CodeOverloaded || seen[0].Key != "k1" || seen[0].Wait != 0 || seen[0].End.Before(seen[0].Start) {
 		t.Fatalf("observed %+v", seen)
+	}
+}
+
+// TestOnAttemptSeesEveryAttempt: the per-call observer sees each attempt
+// with its status, code, key and the wait that followed it.
+func TestOnAttemptSeesEveryAttempt(t *testing.T) {
+	// lost first: on a fresh connection (net/http itself re-sends a request
+	// with an Idempotency-Key once when a reused idle connection turns out
+	// closed, which the client cannot see).
+	_, srv := newFake(t, lost, unavailable)
+	rec := &recorder{}
+	c := newClient(t, srv.URL, rec)
+	var seen []client.Attempt
+	a, err := c.Like(context.Background(), "doc", client.OnAttempt(func(x client.Attempt) { seen = append(seen, x) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 3 {
+		t.Fatalf("observed %d attempts, want 3", len(seen))
+	}
+	want := []struct {
+		status int
+		code   string
+		err    bool
+		wait   bool
+	}{{0, "", true, true}, {503, client.CodeOverloaded, true, true}, {200, "", false, false}}
+	for i, w := range want {
+		x := seen[i]
+		if x.N != i+1 || x.Key != a.Key || x.Status != w.status || x.Code != w.code || (x.Err != nil) != w.err || (x.Wait > 0) != w.wait || x.Op != "like" {
+			t.Fatalf("attempt %d: %+v, want %+v", i+1, x, w)
+		}
+	}
+}
+
+// TestRetryAttemptTimeout: an attempt that outlives AttemptTimeout is
+// abandoned and retried with the same key.
+func TestRetryAttemptTimeout(t *testing.T) {
+	var (
+		mu   sync.Mutex
+		keys []string
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		keys = append(keys, r.Header.Get("Idempotency-Key"))
+		n := len(keys)
+		mu.Unlock()
+		if n == 1 {
+			<-r.Context().Done() // hang until the client gives up on the attempt
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"itemId":"doc","userId":"alice","liked":true,"changed":true}`)
+	}))
+	defer srv.Close()
+	rec := &recorder{}
+	c := newClient(t, srv.URL, rec, client.WithRetry(client.RetryPolicy{AttemptTimeout: 100 * time.Millisecond}))
+	if _, err := c.Like(context.Background(), "doc"); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	sameKey(t, keys, 2)
+}
+
+// TestBadAnswer: a 200 whose body is not the API's is ErrBadAnswer, not
+// retried.
+func TestBadAnswer(t *testing.T) {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		n.Add(1)
+		fmt.Fprint(w, "<html>a proxy's page</html>")
+	}))
+	defer srv.Close()
+	c := newClient(t, srv.URL, &recorder{})
+	if _, err := c.Count(context.Background(), "doc"); !errors.Is(err, client.ErrBadAnswer) || n.Load() != 1 {
+		t.Fatalf("err %v after %d requests", err, n.Load())
 	}
 }

@@ -23,6 +23,10 @@
 //     would overrun the budget or the context's deadline ends the call at once
 //     with the last error.
 //   - Context cancellation ends the call (and any wait) at once.
+//   - Below the client, net/http itself re-sends a request that carries an
+//     Idempotency-Key once when a reused keep-alive connection turns out
+//     closed before any answer; it sends the same key, so this is safe, but
+//     such a re-send is not an attempt the client (or WithObserver) sees.
 //
 // WithoutRetries makes every call a single attempt; WithObserver sees every
 // attempt (key, status, code, error, timing), which a test harness that must
@@ -37,11 +41,13 @@
 //
 // # Errors
 //
-// An HTTP error answer is an *Error (errors.As) with the status, the API's
-// error code (CodeRateLimited, CodeUserErased, …), the message and the
-// Retry-After. No answer at all is ErrTransport (the net error stays in the
-// chain); a 2xx whose body does not decode is ErrBadAnswer; an argument the
-// server would refuse anyway is ErrInvalidArgument, before any request.
+// An HTTP answer other than 2xx and 304 is an *Error (errors.As) with the
+// status, the API's error code (CodeRateLimited, CodeUserErased, …), the
+// message and the Retry-After. No answer at all is ErrTransport (the net error
+// stays in the chain; with ErrAnswerCut too when the body was cut off after
+// the status line); a 2xx whose body does not decode is ErrBadAnswer; an
+// argument the server would refuse anyway is ErrInvalidArgument, before any
+// request.
 //
 // # Concurrency
 //

@@ -15,6 +15,7 @@ import (
 	"github.com/likes-dev/likes/internal/buildinfo"
 	"github.com/likes-dev/likes/internal/tracing"
 	"github.com/likes-dev/likes/pipeline"
+	"github.com/likes-dev/likes/stream/kafkalog"
 )
 
 // Open starts a region: it validates cfg, then opens its subsystems in
@@ -31,13 +32,16 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 	if u := cfg.knobs().Unsafe; u.Any() {
 		log.Warn("UNSAFE: guarantees are switched off for testing", "unsafe", fmt.Sprintf("%+v", u))
 	}
-	r := &Region{cfg: cfg, log: log, Registry: prometheus.NewRegistry()}
+	r := &Region{cfg: cfg, log: log, Registry: prometheus.NewRegistry(), reconM: newReconMetrics(), kafkaM: kafkalog.NewClientMetrics()}
+	if err := r.checkDataFolder(ctx); err != nil {
+		return nil, err
+	}
 	if err := r.openStore(ctx); err != nil {
 		return nil, err // openStore closes what it opened
 	}
 	o := &opening{r: r, cfg: cfg, log: log, authority: edge.StaticAuthority(1), regions: []string{cfg.Name}}
 	for _, step := range []func(context.Context) error{
-		o.openCaches, o.joinCluster, o.openWritePath, o.startPipeline, o.startEraser, o.openCounts, o.openAPI,
+		o.openCaches, o.joinCluster, o.openWritePath, o.startPipeline, o.startRetention, o.startEraser, o.openCounts, o.openAPI,
 	} {
 		if err := step(ctx); err != nil {
 			_ = r.Close()
@@ -45,6 +49,7 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 		}
 	}
 	o.registerMetrics()
+	r.startReconciler()
 	return r, nil
 }
 
@@ -112,11 +117,16 @@ func (o *opening) joinCluster(ctx context.Context) error {
 	if cfg.Cluster == nil {
 		return nil
 	}
-	// Replication ships the embedded store's own log and cells; a region on
-	// the production engines takes only its write authority from etcd.
-	replica := r.Store
-	if cfg.Engines.Log != LogStore {
-		replica = nil
+	// Replication ships the store's own log and cells (Pebble or Cassandra);
+	// a region whose aggregators read Kafka takes only its write authority
+	// from etcd (Engines.validate refuses it other regions).
+	var replica replicaStore
+	switch {
+	case cfg.Engines.Log != LogStore:
+	case r.Store != nil:
+		replica = r.Store
+	case r.Cassandra != nil:
+		replica = r.Cassandra
 	}
 	var err error
 	cc := *cfg.Cluster
@@ -272,19 +282,8 @@ func (o *opening) registerMetrics() {
 	}, func() float64 { return 1 }))
 	r.registerPipelineMetrics()
 	r.registerStorageMetrics()
-	if r.cluster != nil {
-		r.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "likes_pins_catching_up",
-			Help: "Ranges this region owns by a planned move but may not write yet: it is catching up on the other live regions' logs (alert if it stays nonzero: a peer is unreachable).",
-		}, func() float64 { return float64(len(r.cluster.authority.CatchingUp())) }))
-	}
-	if r.cluster != nil && r.cluster.replServer != nil {
-		rs := r.cluster.replServer
-		r.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "likes_peer_protocol_refused_total",
-			Help: "Region-to-region calls refused because the caller's protocol version is outside this region's range (a peer too old or too new for a rolling upgrade).",
-		}, func() float64 { return float64(rs.RefusedProtocol()) }))
-	}
+	r.registerClusterMetrics()
+	r.Registry.MustRegister(r.reconM.collectors()...)
 	if e := o.cfg.Engines; e.Store != StorePebble || e.Log != LogStore || e.Cache != CacheInproc {
 		o.log.Info("region engines", "engines", e.String())
 	}

@@ -204,6 +204,8 @@ type TransportConfig struct {
 	// plaintext, for an operator's explicit --insecure-plaintext-peers and
 	// for tests.
 	Credentials func(region string) credentials.TransportCredentials
+	// Interceptors run around every call to a peer (metrics).
+	Interceptors []grpc.UnaryClientInterceptor
 	// DialOptions are added to every connection: tracing and the request id
 	// (internal/tracing.DialOptions), so a push continues at the peer in the
 	// trace it was made in.
@@ -301,6 +303,7 @@ func (t *GRPCTransport) conn(p Peer) (*grpc.ClientConn, error) {
 	}
 	cc, err := grpc.NewClient("passthrough:///"+addr, append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
+		grpc.WithChainUnaryInterceptor(t.cfg.Interceptors...),
 		rpcjson.Reconnect(),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time: t.cfg.KeepaliveTime, Timeout: t.cfg.KeepaliveTimeout, PermitWithoutStream: true,

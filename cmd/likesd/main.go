@@ -121,7 +121,8 @@ type common struct {
 	minFree    minFreeFlag
 	engines    engineFlags
 	sec        publicFlags
-	obs        obsFlags // logging, tracing, admin listener (obs.go, admin.go)
+	life       lifecycleFlags // retention.go
+	obs        obsFlags       // logging, tracing, admin listener (obs.go, admin.go)
 }
 
 // minFreeFlag is --min-free-space, parsed by pebblestore.ParseMinFree.
@@ -252,6 +253,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	_ = c.minFree.Set(defaultMinFree)
 	fs.Var(&c.minFree, "min-free-space", "low-disk watermark of the Pebble store: below it writes get 503 storage_unavailable and /readyz fails, before the disk is full (a share like 3%, a size like 64MiB, or both: the larger applies; 0: off)")
 	c.engines.register(fs)
+	c.life.register(fs)
 }
 
 // checkCommon validates the shared flags that region.Open would refuse
@@ -283,7 +285,7 @@ func (c *common) regionConfig(name string, ver verification, eng region.Engines,
 	return region.Config{
 		Name: name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: ver.secret, Auth: ver.auth,
 		MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger, Engines: eng,
-		MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction, Tracer: c.obs.tracer(),
+		MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction, Lifecycle: c.life.config(), Tracer: c.obs.tracer(),
 	}
 }
 

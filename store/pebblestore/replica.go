@@ -83,6 +83,9 @@ func (s *Store) CellChanges(_ context.Context, after uint64, limit int) ([]repli
 		return nil, after, err
 	}
 	defer it.Close()
+	if err := s.outboxTruncatedBelow(after); err != nil {
+		return nil, after, err // retention deleted changes after `after`
+	}
 	through := after
 	seen := map[string]bool{}
 	var out []replica.CellState

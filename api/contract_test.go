@@ -9,233 +9,40 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
-	"github.com/getkin/kin-openapi/openapi3filter"
-	"github.com/getkin/kin-openapi/routers"
 
 	"github.com/likes-dev/likes/api"
+	"github.com/likes-dev/likes/api/apitest"
 )
 
 // The contract: every response an api test receives through env.client is
-// validated against api/openapi.yaml (the embedded api.OpenAPI) by
-// contractTransport, and a mismatch fails the test. kin-openapi loads the
-// document as OpenAPI 3.1 and, for a 3.1 document, validates bodies and
-// headers with its JSON Schema 2020-12 validator (so 3.1 forms such as
-// `const`, `type` arrays and keywords next to a `$ref` apply as written).
-//
-// Only responses are held to the document: the tests send invalid requests on
-// purpose (and the document says how they are answered).
-
-var (
-	specOnce sync.Once
-	specDoc  *openapi3.T
-	specErr  error
-)
+// validated against api/openapi.yaml by apitest.Client, and a mismatch fails
+// the test (see package apitest). Only responses are held to the document
+// there: the tests send invalid requests on purpose (and the document says
+// how they are answered); the client package's requests are checked too
+// (apitest.CheckRequests in client_test.go).
 
 func spec(t testing.TB) *openapi3.T {
 	t.Helper()
-	specOnce.Do(func() {
-		loader := openapi3.NewLoader()
-		doc, err := loader.LoadFromData(api.OpenAPI)
-		if err != nil {
-			specErr = fmt.Errorf("load openapi.yaml: %w", err)
-			return
-		}
-		if err := doc.Validate(loader.Context); err != nil {
-			specErr = fmt.Errorf("openapi.yaml is not a valid document: %w", err)
-			return
-		}
-		specDoc = doc
-	})
-	if specErr != nil {
-		t.Fatal(specErr)
-	}
-	return specDoc
-}
-
-// findRoute matches a request against the document's paths on the escaped
-// path, segment by segment (ids may hold an encoded '/'), and returns the
-// operation with its unescaped path parameters. ok is false when no path
-// and method match: the server's catch-all answers those.
-func findRoute(doc *openapi3.T, r *http.Request) (route *routers.Route, params map[string]string, ok bool) {
-	segs := strings.Split(r.URL.EscapedPath(), "/")
-	method := r.Method
-	if method == http.MethodHead {
-		method = http.MethodGet
-	}
-	for tmpl, item := range doc.Paths.Map() {
-		tsegs := strings.Split(tmpl, "/")
-		if len(tsegs) != len(segs) {
-			continue
-		}
-		p := map[string]string{}
-		match := true
-		for i, ts := range tsegs {
-			v, err := url.PathUnescape(segs[i])
-			if err != nil {
-				match = false
-				break
-			}
-			if strings.HasPrefix(ts, "{") && strings.HasSuffix(ts, "}") {
-				if v == "" {
-					match = false
-					break
-				}
-				p[ts[1:len(ts)-1]] = v
-			} else if ts != v {
-				match = false
-				break
-			}
-		}
-		if !match {
-			continue
-		}
-		op := item.GetOperation(method)
-		if op == nil {
-			return nil, nil, false
-		}
-		return &routers.Route{Spec: doc, Path: tmpl, PathItem: item, Method: method, Operation: op}, p, true
-	}
-	return nil, nil, false
-}
-
-// checkResponse reports how a response departs from the document (nil: it
-// matches).
-func checkResponse(doc *openapi3.T, req *http.Request, status int, header http.Header, body []byte) error {
-	if req.Method == http.MethodHead {
-		return nil
-	}
-	ra := header.Get("Retry-After")
-	if status != http.StatusTooManyRequests && status != http.StatusServiceUnavailable && ra != "" {
-		return fmt.Errorf("status %d carries Retry-After %q (only 429 and 503 may)", status, ra)
-	}
-	route, params, ok := findRoute(doc, req)
-	if !ok {
-		// The catch-all: 404 not_found with the error body.
-		if status != http.StatusNotFound {
-			return fmt.Errorf("%s %s is not in the document and answered %d (want the catch-all 404)", req.Method, req.URL.EscapedPath(), status)
-		}
-		return checkBody(doc, "NotFoundError", header, body)
-	}
-	if route.Operation.Responses.Status(status) == nil {
-		return fmt.Errorf("%s %s (%s): status %d is not documented", req.Method, route.Path, route.Operation.OperationID, status)
-	}
-	if status == http.StatusNotModified {
-		// kin-openapi skips 304: check its headers and empty body here.
-		for name, h := range route.Operation.Responses.Status(status).Value.Headers {
-			if h.Value.Required && header.Get(name) == "" {
-				return fmt.Errorf("%s: 304 without required header %s", route.Operation.OperationID, name)
-			}
-		}
-		if header.Get("ETag") == "" {
-			return fmt.Errorf("%s: 304 without an ETag", route.Operation.OperationID)
-		}
-		if len(bytes.TrimSpace(body)) != 0 {
-			return fmt.Errorf("%s: 304 with a body %q", route.Operation.OperationID, body)
-		}
-		return nil
-	}
-	opts := &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true}
-	in := &openapi3filter.ResponseValidationInput{
-		RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route, Options: opts},
-		Status:                 status,
-		Header:                 header,
-		Options:                opts,
-	}
-	in.SetBodyBytes(body)
-	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
-		return fmt.Errorf("%s %s (%s) answered %d %s: %w", req.Method, route.Path, route.Operation.OperationID, status, bytes.TrimSpace(body), err)
-	}
-	return nil
-}
-
-// checkBody validates a JSON body against a named schema of the document.
-func checkBody(doc *openapi3.T, schema string, header http.Header, body []byte) error {
-	if ct := header.Get("Content-Type"); ct != "application/json" {
-		return fmt.Errorf("Content-Type %q, want application/json", ct)
-	}
-	s := doc.Components.Schemas[schema]
-	if s == nil {
-		return fmt.Errorf("no schema %s", schema)
-	}
-	var v any
-	if err := json.Unmarshal(body, &v); err != nil {
-		return fmt.Errorf("body %q: %w", body, err)
-	}
-	if err := s.Value.VisitJSON(v, openapi3.EnableJSONSchema2020()); err != nil {
-		return fmt.Errorf("body %s does not match %s: %w", bytes.TrimSpace(body), schema, err)
-	}
-	return nil
-}
-
-// contractTransport validates every response against the document and fails
-// the test on a mismatch (t.Errorf is safe from any goroutine); the response
-// itself is handed on unchanged.
-type contractTransport struct {
-	t    testing.TB
-	base http.RoundTripper
-}
-
-func (c *contractTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	res, err := c.base.RoundTrip(req)
+	doc, err := apitest.Spec()
 	if err != nil {
-		return res, err
+		t.Fatal(err)
 	}
-	body, rerr := io.ReadAll(res.Body)
-	_ = res.Body.Close()
-	res.Body = io.NopCloser(bytes.NewReader(body))
-	if rerr != nil {
-		return res, nil // a cut-off body: the caller sees the truncated bytes
-	}
-	doc := spec(c.t)
-	if verr := checkResponse(doc, req, res.StatusCode, res.Header, body); verr != nil {
-		c.t.Errorf("response does not match api/openapi.yaml: %v", verr)
-	}
-	coverage.hit(req, doc, res.StatusCode)
-	return res, nil
+	return doc
 }
 
-// contractClient wraps a test server's client with the contract check.
-func contractClient(t testing.TB, c *http.Client) *http.Client {
-	cc := *c
-	base := cc.Transport
-	if base == nil {
-		base = http.DefaultTransport
-	}
-	cc.Transport = &contractTransport{t: t, base: base}
-	return &cc
-}
+func contractClient(t testing.TB, c *http.Client) *http.Client { return apitest.Client(t, c) }
 
-// coverage counts, over the package's tests, the (operation, status) pairs
-// seen, for TestContractCoverage's report.
-var coverage = &seen{m: map[string]int{}}
-
-type seen struct {
-	mu sync.Mutex
-	m  map[string]int
-}
-
-func (s *seen) hit(req *http.Request, doc *openapi3.T, status int) {
-	id := "catch-all"
-	if route, _, ok := findRoute(doc, req); ok {
-		id = route.Operation.OperationID
-	}
-	s.mu.Lock()
-	s.m[id+" "+strconv.Itoa(status)]++
-	s.mu.Unlock()
-}
+func checkRequests(t testing.TB, c *http.Client) *http.Client { return apitest.CheckRequests(t, c) }
 
 // serverRoutes reads the patterns api.New registers (s.route, s.mux.HandleFunc,
 // s.mux.Handle with a literal pattern) from server.go, the catch-all "/" left out.
@@ -315,7 +122,7 @@ func TestContractRoutes(t *testing.T) {
 // TestContractRejectsDrift: the check fails responses the document does not
 // allow (so a passing suite means something).
 func TestContractRejectsDrift(t *testing.T) {
-	doc := spec(t)
+	spec(t)
 	req := func(method, path string) *http.Request {
 		r, err := http.NewRequest(method, "http://127.0.0.1"+path, nil)
 		if err != nil {
@@ -354,7 +161,7 @@ func TestContractRejectsDrift(t *testing.T) {
 		{"304", req("GET", "/v1/items/a/count"), 304, hdr("Cache-Control", public, "ETag", `W/"1-abc"`), ""},
 	}
 	for _, g := range good {
-		if err := checkResponse(doc, g.r, g.status, g.h, []byte(g.body)); err != nil {
+		if err := apitest.CheckResponse(g.r, g.status, g.h, []byte(g.body)); err != nil {
 			t.Errorf("%s: a valid response was refused: %v", g.name, err)
 		}
 	}
@@ -382,7 +189,7 @@ func TestContractRejectsDrift(t *testing.T) {
 		{"304 on a write", req("POST", "/v1/items/a/likes"), 304, hdr("ETag", `W/"x"`), ""},
 	}
 	for _, b := range bad {
-		if err := checkResponse(doc, b.r, b.status, b.h, []byte(b.body)); err == nil {
+		if err := apitest.CheckResponse(b.r, b.status, b.h, []byte(b.body)); err == nil {
 			t.Errorf("%s: the check let a response the document forbids pass", b.name)
 		}
 	}
@@ -393,17 +200,11 @@ func TestContractRejectsDrift(t *testing.T) {
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if testing.Verbose() {
-		coverage.mu.Lock()
-		keys := make([]string, 0, len(coverage.m))
-		for k := range coverage.m {
-			keys = append(keys, k)
+		cov := apitest.Coverage()
+		fmt.Printf("contract: %d (operation, status) pairs validated:\n", len(cov))
+		for _, k := range cov {
+			fmt.Println("  " + k)
 		}
-		sort.Strings(keys)
-		fmt.Printf("contract: %d (operation, status) pairs validated:\n", len(keys))
-		for _, k := range keys {
-			fmt.Printf("  %-40s %d\n", k, coverage.m[k])
-		}
-		coverage.mu.Unlock()
 	}
 	os.Exit(code)
 }
@@ -447,61 +248,6 @@ func TestContractOperatorAnswers(t *testing.T) {
 	// An unready region answers 503 not_ready with Retry-After.
 	e.reg.AddReadyCheck("contract-test", func(context.Context) error { return errors.New("not today") })
 	wantError(t, e.do(call{method: "GET", path: "/readyz"}), http.StatusServiceUnavailable, "not_ready")
-}
-
-// requestCheck validates every request against the document before sending
-// it (for a well-behaved client such as package client; the api tests send
-// invalid requests on purpose and do not use it).
-type requestCheck struct {
-	t    testing.TB
-	base http.RoundTripper
-}
-
-func (c *requestCheck) RoundTrip(req *http.Request) (*http.Response, error) {
-	doc := spec(c.t)
-	route, params, ok := findRoute(doc, req)
-	if !ok {
-		c.t.Errorf("request %s %s is not in api/openapi.yaml", req.Method, req.URL.EscapedPath())
-		return c.base.RoundTrip(req)
-	}
-	var body []byte
-	if req.Body != nil {
-		b, err := io.ReadAll(req.Body)
-		_ = req.Body.Close()
-		if err != nil {
-			return nil, err
-		}
-		body = b
-	}
-	check := req.Clone(req.Context())
-	check.Body = io.NopCloser(bytes.NewReader(body))
-	in := &openapi3filter.RequestValidationInput{
-		Request: check, PathParams: params, Route: route,
-		Options: &openapi3filter.Options{AuthenticationFunc: func(_ context.Context, ai *openapi3filter.AuthenticationInput) error {
-			if req.Header.Get("Authorization") == "" {
-				return errors.New("no bearer token")
-			}
-			return nil
-		}, MultiError: true},
-	}
-	if err := openapi3filter.ValidateRequest(req.Context(), in); err != nil {
-		c.t.Errorf("request %s %s (%s) does not match api/openapi.yaml: %v", req.Method, req.URL.EscapedPath(), route.Operation.OperationID, err)
-	}
-	if body != nil {
-		req.Body = io.NopCloser(bytes.NewReader(body))
-	}
-	return c.base.RoundTrip(req)
-}
-
-// checkRequests wraps a client so its requests are validated too.
-func checkRequests(t testing.TB, c *http.Client) *http.Client {
-	cc := *c
-	base := cc.Transport
-	if base == nil {
-		base = http.DefaultTransport
-	}
-	cc.Transport = &requestCheck{t: t, base: base}
-	return &cc
 }
 
 // TestServesOpenAPI: GET /v1/openapi.yaml is the embedded document, with an

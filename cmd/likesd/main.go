@@ -16,6 +16,12 @@
 // chosen by flags: --store cassandra (edges, log, cells in a keyspace created
 // by `likectl migrate`), --log kafka (a relay publishes the log to a topic the
 // aggregators read), --cache redis (count cache, overlay, rate limits).
+//
+// Every command takes --config FILE.yaml (keys: its flag names) and a
+// LIKES_<FLAG> variable per flag; precedence flag > env > file > default
+// (config.go). Each command parses into a plan that validates everything
+// before anything listens or dials (devCmd.plan, runCmd.plan, etcdCmd.plan),
+// then starts it. -h prints to stdout and exits 0; a usage error exits 2.
 package main
 
 import (

@@ -2,7 +2,7 @@
 GO ?= go
 STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: run test lint unit bench tools gen
+.PHONY: run test lint unit bench tools gen test-rules
 
 ## run: start regions us, eu, ap on the embedded default (Pebble + embedded etcd, no servers) on 127.0.0.1:8080-8082
 run:
@@ -11,14 +11,29 @@ run:
 ## test: everything CI runs: formatting, vet, staticcheck, every test with -race, then the
 ## contract suites against real etcd, Redis, Kafka and Cassandra (installed and started by
 ## scripts/servers.sh, stopped after)
-test: tools lint unit test-engines
+test: tools lint test-rules unit test-engines
 
-## tools: install protoc (Debian's protobuf-compiler) when missing; protoc-gen-go is pinned in go.mod
+## tools: install protoc (Debian's protobuf-compiler) and chromium (the operator console's
+## browser test) when missing; protoc-gen-go is pinned in go.mod
 tools:
 	@command -v protoc >/dev/null || { \
 	  echo "installing protoc (protobuf-compiler)"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq protobuf-compiler >/dev/null; }
+	@command -v chromium >/dev/null || { \
+	  echo "installing chromium (the console test's headless browser)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+## test-rules: check the Prometheus rules and run their unit tests (promtool from Debian's
+## package prometheus, installed when missing; its server is not started)
+test-rules:
+	@command -v promtool >/dev/null || { \
+	  echo "installing promtool (prometheus)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+	promtool check rules monitoring/alerts.yaml
+	cd monitoring && promtool test rules alerts_test.yaml
 
 ## gen: regenerate internal/peerpb from peer.proto (internal/peerpb's test fails when it is stale)
 gen: tools

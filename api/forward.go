@@ -302,6 +302,9 @@ type Forwarder struct {
 	// MaxProtocol 1 makes the Forwarder speak only version 1 (set before
 	// use); 0 tries version 2 first.
 	MaxProtocol int
+	// DialOptions are added to every connection (set before use): tracing
+	// and the request id (tracing.DialOptions).
+	DialOptions []grpc.DialOption
 }
 
 var _ edge.Forwarder = (*Forwarder)(nil)
@@ -324,10 +327,10 @@ func (f *Forwarder) conn(owner, addr string) (*grpc.ClientConn, error) {
 	if f.creds != nil {
 		creds = f.creds(owner)
 	}
-	c, err := grpc.NewClient(addr,
+	c, err := grpc.NewClient(addr, append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		rpcjson.Reconnect(),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rpcjson.Codec{})))
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rpcjson.Codec{}))}, f.DialOptions...)...)
 	if err != nil {
 		return nil, err
 	}

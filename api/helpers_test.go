@@ -64,7 +64,7 @@ func newRegionEnv(t *testing.T, mod func(*region.Config)) *env {
 	if c == nil {
 		c = clock.Real{}
 	}
-	return &env{t: t, srv: srv, client: srv.Client(), secret: cfg.Secret, now: c.Now, reg: r}
+	return &env{t: t, srv: srv, client: contractClient(t, srv.Client()), secret: cfg.Secret, now: c.Now, reg: r}
 }
 
 // kitOptions shape a server assembled by hand from api.New over a real Pebble
@@ -121,7 +121,7 @@ func newKit(t *testing.T, o kitOptions) *env {
 	}
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
-	return &env{t: t, srv: srv, client: srv.Client(), secret: testSecret, now: time.Now}
+	return &env{t: t, srv: srv, client: contractClient(t, srv.Client()), secret: testSecret, now: time.Now}
 }
 
 func (e *env) token(user string, admin bool) string {
@@ -143,7 +143,8 @@ type call struct {
 	header map[string]string
 }
 
-// resp is an HTTP answer with its body read.
+// resp is an HTTP answer (e.client has checked it against api/openapi.yaml:
+// contractTransport) with its body read.
 type resp struct {
 	status int
 	header http.Header

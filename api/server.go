@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/likes-dev/likes/auth"
 	"github.com/likes-dev/likes/clock"
@@ -21,6 +23,7 @@ import (
 	"github.com/likes-dev/likes/crdt"
 	"github.com/likes-dev/likes/edge"
 	"github.com/likes-dev/likes/internal/sessiontok"
+	"github.com/likes-dev/likes/internal/tracing"
 )
 
 // Limiter is a rate limiter keyed by user or IP.
@@ -68,6 +71,11 @@ type Config struct {
 	// read whose token is newer than the local replica). Nil: such reads are
 	// answered from the token.
 	Owner OwnerReader
+	// Tracer makes a server span per request (nil: none). Logger gets one
+	// line per request with its request id and trace id (nil: none); see
+	// tracing.HTTP for the levels.
+	Tracer trace.TracerProvider
+	Logger *slog.Logger
 }
 
 // OwnerReader reads the register of (user, item) at region owner over the
@@ -129,6 +137,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Clock = clock.Real{}
 	}
 	s := &Server{cfg: cfg, cdn: cfg.CDN.withDefaults(), m: NewMetrics(cfg.Registry), mux: http.NewServeMux(), slots: make(chan struct{}, cfg.MaxInFlightWrites)}
+	s.m.watchHot(&s.hot, cfg.Clock)
 	s.route("POST /v1/items/{itemId}/likes", "like", s.like)
 	s.route("DELETE /v1/items/{itemId}/likes/{userId}", "unlike", s.unlike)
 	s.route("GET /v1/items/{itemId}/count", "count", s.count)
@@ -141,6 +150,7 @@ func New(cfg Config) (*Server, error) {
 	s.route("GET /v1/admin/status", "status", s.status)
 	s.route("POST /v1/admin/reconcile", "reconcile", s.reconcile)
 	s.route("GET /v1/admin/log", "log", s.log)
+	s.route("GET /v1/openapi.yaml", "openapi", s.openapi)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "region": cfg.Region})
 	})
@@ -149,7 +159,7 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(http.StatusNotFound, "not_found", "no such route: "+r.Method+" "+r.URL.Path))
 	})
-	s.handler = s.mux
+	s.handler = tracing.HTTP(tracing.HTTPConfig{Tracer: cfg.Tracer, Logger: cfg.Logger, Region: cfg.Region, Clock: cfg.Clock}, s.mux)
 	return s, nil
 }
 
@@ -406,6 +416,7 @@ func (s *Server) count(w http.ResponseWriter, r *http.Request) *apiError {
 		return retryable(http.StatusServiceUnavailable, "unavailable", "count unavailable: "+err.Error(), time.Second)
 	}
 	body := countBody(item, res)
+	s.m.served(res)
 	if s.publicCache(w, r, countETag(body), item) {
 		return nil
 	}
@@ -494,6 +505,7 @@ func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) *apiError {
 			return retryable(http.StatusServiceUnavailable, "unavailable", "count unavailable", time.Second)
 		}
 		cj := countBody(item, res)
+		s.m.served(res)
 		if authed {
 			reg, source, err := s.buttonAtLeast(r, c.User, item)
 			if err != nil {

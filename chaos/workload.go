@@ -1,23 +1,19 @@
 package chaos
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/url"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/likes-dev/likes/auth"
+	likes "github.com/likes-dev/likes/client"
 )
 
 // WorkloadConfig shapes the client load. Zero fields take defaults.
@@ -91,6 +87,10 @@ type Workload struct {
 	admin   string
 	hist    *History
 	http    *http.Client
+	// api is a client of each region (package client) without retries: the
+	// workload's own loop retries, across regions, and records every attempt.
+	api    map[string]*likes.Client
+	apiErr error // a region URL the client refused (every send then fails)
 
 	nextOp atomic.Int64
 	issued atomic.Int64
@@ -110,14 +110,25 @@ type Workload struct {
 // NewWorkload prepares the clients against the given region URLs.
 func NewWorkload(cfg WorkloadConfig, seed uint64, regions []string, urls map[string]string, secret []byte, admin string, hist *History) *Workload {
 	cfg.defaults()
-	return &Workload{
+	w := &Workload{
 		cfg: cfg, seed: seed, regions: regions, urls: urls, secret: secret, admin: admin, hist: hist,
 		erased: map[string]bool{},
 		http: &http.Client{Transport: &http.Transport{
 			MaxIdleConnsPerHost: 256, IdleConnTimeout: 30 * time.Second,
 			DialContext: (&net.Dialer{Timeout: time.Second}).DialContext,
 		}},
+		api: map[string]*likes.Client{},
 	}
+	for region, u := range urls {
+		c, err := likes.New(u, likes.WithHTTPClient(w.http),
+			likes.WithRetry(likes.RetryPolicy{MaxAttempts: 1, AttemptTimeout: cfg.AttemptTimeout}))
+		if err != nil {
+			w.apiErr = fmt.Errorf("chaos: region %s: %w", region, err)
+			continue
+		}
+		w.api[region] = c
+	}
+	return w
 }
 
 // Start launches the clients and the sampler.
@@ -489,27 +500,16 @@ func (c *client) readButton(ctx context.Context, op *Op, u *user) {
 		return
 	}
 	region := others[c.rng.IntN(len(others))]
-	actx, cancel := context.WithTimeout(ctx, c.w.cfg.AttemptTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(actx, http.MethodGet,
-		c.w.urls[region]+"/v1/items/"+url.PathEscape(op.Item)+"/likes/"+url.PathEscape(op.User), nil)
-	if err != nil {
+	api := c.w.api[region]
+	if api == nil {
 		return
 	}
-	req.Header.Set(sessionHeader, u.session)
 	br := ButtonRead{Op: op.ID, User: op.User, Item: op.Item, Region: region, Want: op.Target == TargetLiked, Sent: time.Now()}
-	resp, err := c.w.http.Do(req)
-	if err != nil {
+	var status int
+	b, err := api.Liked(ctx, op.Item, op.User, likes.SessionToken(u.session),
+		likes.OnAttempt(func(a likes.Attempt) { status = a.Status }))
+	if err != nil || status != http.StatusOK {
 		return // unanswered reads prove nothing
-	}
-	var b struct {
-		Liked  bool   `json:"liked"`
-		Source string `json:"source"`
-	}
-	err = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&b)
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || err != nil {
-		return
 	}
 	br.Recv, br.Liked, br.Source = time.Now(), b.Liked, b.Source
 	c.w.hist.Write("button", br)
@@ -518,48 +518,57 @@ func (c *client) readButton(ctx context.Context, op *Op, u *user) {
 	c.w.mu.Unlock()
 }
 
-// sessionHeader carries the Likes-Session token (internal/sessiontok).
-const sessionHeader = "Likes-Session"
-
-// send performs one attempt and classifies it.
+// send performs one attempt (one HTTP request through the client package,
+// which does not retry here) and classifies it.
 func (c *client) send(ctx context.Context, op *Op, u *user, region string, n int, stale, dup bool) Attempt {
 	a := Attempt{Op: op.ID, N: n, Region: region, Stale: stale, Dup: dup}
-	base := c.w.urls[region]
-	var method, path string
-	var body []byte
-	token := u.token
+	api := c.w.api[region]
+	if api == nil {
+		a.Class, a.Err = OutcomeReject, fmt.Sprintf("chaos: no client of region %q: %v", region, c.w.apiErr)
+		return a
+	}
+	// The attempt as the client made it: its timing, status and headers.
+	var at likes.Attempt
+	seen := false
+	call := []likes.CallOption{
+		likes.BearerToken(u.token),
+		likes.SessionToken(""),
+		likes.OnAttempt(func(x likes.Attempt) { at, seen = x, true }),
+	}
+	if op.Kind == KindLike || op.Kind == KindUnlike {
+		call = append(call, likes.IdempotencyKey(op.Key), likes.SessionToken(u.session))
+	}
+	var (
+		ans likes.WriteAnswer
+		rr  likes.RetractAnswer
+		err error
+	)
+	start := time.Now()
 	switch op.Kind {
 	case KindLike:
-		method, path = http.MethodPost, "/v1/items/"+url.PathEscape(op.Item)+"/likes"
+		ans, err = api.Like(ctx, op.Item, call...)
 	case KindUnlike:
-		method, path = http.MethodDelete, "/v1/items/"+url.PathEscape(op.Item)+"/likes/"+url.PathEscape(op.User)
+		ans, err = api.Unlike(ctx, op.Item, op.User, call...)
 	case KindRetract:
-		method, path, token = http.MethodPost, "/v1/admin/retractions", c.w.admin
-		body, _ = json.Marshal(map[string]any{"itemId": op.Item, "userIds": []string{op.User}})
+		rr, err = api.Retract(ctx, op.Item, []string{op.User}, append(call, likes.BearerToken(c.w.admin))...)
 	case KindErase:
-		method, path = http.MethodDelete, "/v1/users/"+url.PathEscape(op.User)
+		_, err = api.EraseUser(ctx, op.User, call...)
+	default:
+		err = fmt.Errorf("chaos: unknown op kind %q", op.Kind)
 	}
-	actx, cancel := context.WithTimeout(ctx, c.w.cfg.AttemptTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(actx, method, base+path, bytes.NewReader(body))
-	if err != nil {
+	if !seen { // refused before any request was sent
+		a.Start, a.End = start, time.Now()
 		a.Class, a.Err = OutcomeReject, err.Error()
 		return a
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	if op.Key != "" {
-		req.Header.Set("Idempotency-Key", op.Key)
+	a.Start, a.End = at.Start, at.End
+	a.Status = at.Status
+	if at.Header != nil {
+		a.session = at.Header.Get(sessionHeader)
 	}
-	if u.session != "" && (op.Kind == KindLike || op.Kind == KindUnlike) {
-		req.Header.Set(sessionHeader, u.session)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	a.Start = time.Now()
-	resp, err := c.w.http.Do(req)
-	if err != nil {
-		a.End = time.Now()
+	var ae *likes.Error
+	switch {
+	case at.Status == 0: // no answer
 		a.Err = err.Error()
 		a.Class = OutcomeIndeterminate
 		var oe *net.OpError
@@ -567,47 +576,26 @@ func (c *client) send(ctx context.Context, op *Op, u *user, region string, n int
 			a.Class = OutcomeReject // never reached the server
 		}
 		return a
-	}
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	_ = resp.Body.Close()
-	a.End = time.Now()
-	a.Status = resp.StatusCode
-	a.session = resp.Header.Get(sessionHeader)
-	if err != nil {
+	case errors.Is(err, likes.ErrAnswerCut): // the status line, then the body was lost
 		a.Err = err.Error()
 		a.Class = OutcomeIndeterminate
 		return a
-	}
-	var eb struct {
-		Error struct {
-			Code string `json:"code"`
-		} `json:"error"`
-	}
-	if resp.StatusCode >= 400 {
-		_ = json.Unmarshal(raw, &eb)
-		a.Code = eb.Error.Code
+	case errors.As(err, &ae):
+		if ae.Status >= 400 {
+			a.Code = ae.Code
+		}
 	}
 	switch {
-	case resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusAccepted:
+	case at.Status == http.StatusOK || at.Status == http.StatusAccepted:
 		a.Class = OutcomeAck
 		switch op.Kind {
 		case KindLike, KindUnlike:
-			var ans struct {
-				Liked   bool `json:"liked"`
-				Changed bool `json:"changed"`
-			}
-			if json.Unmarshal(raw, &ans) == nil {
+			if err == nil { // an answer that does not decode still acknowledges
 				a.Liked, a.Changed = &ans.Liked, &ans.Changed
 			}
 		case KindRetract:
-			var rr struct {
-				Results []struct {
-					Changed bool   `json:"changed"`
-					Error   string `json:"error"`
-				} `json:"results"`
-			}
-			if err := json.Unmarshal(raw, &rr); err != nil || len(rr.Results) != 1 {
-				a.Class, a.Err = OutcomeIndeterminate, "bad retraction answer: "+strings.TrimSpace(string(raw))
+			if err != nil || len(rr.Results) != 1 {
+				a.Class, a.Err = OutcomeIndeterminate, fmt.Sprintf("bad retraction answer: %+v %v", rr, err)
 			} else if e := rr.Results[0].Error; e != "" {
 				a.Code = e
 				a.Class = OutcomeIndeterminate
@@ -618,19 +606,22 @@ func (c *client) send(ctx context.Context, op *Op, u *user, region string, n int
 				a.Changed = &rr.Results[0].Changed
 			}
 		}
-	case resp.StatusCode == http.StatusTooManyRequests,
-		resp.StatusCode == http.StatusServiceUnavailable && a.Code == "overloaded":
+	case at.Status == http.StatusTooManyRequests,
+		at.Status == http.StatusServiceUnavailable && a.Code == "overloaded":
 		a.Class = OutcomeReject // refused before anything was attempted
-	case resp.StatusCode >= 500:
+	case at.Status >= 500:
 		a.Class = OutcomeIndeterminate
 	default:
 		a.Class = OutcomeReject
-		if a.Code == "" {
-			a.Code = strings.TrimSpace(string(raw))
+		if a.Code == "" && ae != nil {
+			a.Code = ae.Message // the raw body when it was not the API's error
 		}
 	}
 	return a
 }
+
+// sessionHeader carries the Likes-Session token (internal/sessiontok).
+const sessionHeader = "Likes-Session"
 
 // sample reads counts of popular items at random regions.
 func (w *Workload) sample(ctx context.Context) {
@@ -658,29 +649,20 @@ func (w *Workload) sample(ctx context.Context) {
 }
 
 func (w *Workload) readCount(ctx context.Context, region, item string) (Sample, error) {
-	actx, cancel := context.WithTimeout(ctx, w.cfg.AttemptTimeout)
-	defer cancel()
 	s := Sample{Region: region, Item: item, Sent: time.Now()}
-	req, err := http.NewRequestWithContext(actx, http.MethodGet, w.urls[region]+"/v1/items/"+url.PathEscape(item)+"/count", nil)
+	api := w.api[region]
+	if api == nil {
+		return s, fmt.Errorf("chaos: no client of region %q: %v", region, w.apiErr)
+	}
+	var status int
+	c, err := api.Count(ctx, item, likes.OnAttempt(func(a likes.Attempt) { status = a.Status }))
 	if err != nil {
 		return s, err
 	}
-	resp, err := w.http.Do(req)
-	if err != nil {
-		return s, err
-	}
-	defer resp.Body.Close()
-	var cb struct {
-		Count int64     `json:"count"`
-		AsOf  time.Time `json:"asOf"`
-	}
-	if resp.StatusCode != http.StatusOK {
-		return s, fmt.Errorf("count: %d", resp.StatusCode)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&cb); err != nil {
-		return s, err
+	if status != http.StatusOK {
+		return s, fmt.Errorf("count: %d", status)
 	}
 	s.Recv = time.Now()
-	s.Count, s.AsOf = cb.Count, cb.AsOf
+	s.Count, s.AsOf = c.Count.Count, c.AsOf
 	return s, nil
 }

@@ -2,17 +2,14 @@ package loadgen
 
 import (
 	"context"
-	"encoding/json"
-	"io"
-	"net/http"
-	"net/url"
 	"time"
+
+	"github.com/likes-dev/likes/client"
 )
 
-// sessionHeader carries the actor's Likes-Session token (see
-// internal/sessiontok): kept per user from the write answers and sent on
-// every later request, as a client SDK does.
-const sessionHeader = "Likes-Session"
+// The actor's Likes-Session token (see internal/sessiontok) is kept per user
+// from the write answers and sent on every later request, as a client SDK
+// does (client.SessionToken).
 
 // ButtonReport is how the button reads after writes went (Config.ButtonURL).
 type ButtonReport struct {
@@ -49,26 +46,9 @@ func (r *runner) readButton(ctx context.Context, u user, item, tok string, liked
 	if res.by == nil {
 		res.by, res.lat = map[string]int64{}, map[string]*Histogram{}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.cfg.ButtonURL+"/v1/items/"+item+"/likes/"+url.PathEscape(u.id), nil)
-	if err != nil {
-		res.errs++
-		return
-	}
-	if tok != "" {
-		req.Header.Set(sessionHeader, tok)
-	}
 	t0 := time.Now()
-	resp, err := r.cfg.Client.Do(req)
+	b, err := r.buttons.Liked(ctx, item, u.id, client.SessionToken(tok))
 	if err != nil {
-		res.errs++
-		return
-	}
-	defer resp.Body.Close()
-	var b struct {
-		Liked  bool   `json:"liked"`
-		Source string `json:"source"`
-	}
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&b) != nil {
 		res.errs++
 		return
 	}

@@ -33,6 +33,11 @@
 // set, the server's CPU per request next to the load generator's own; on a
 // shared machine CPU per request is far steadier than throughput.
 //
+// Requests go through package client (github.com/likes-dev/likes/client) with
+// its retries turned off: every request is one measured attempt, with the
+// user's token, a fresh Idempotency-Key and the user's newest Likes-Session
+// given per call.
+//
 // Safety: Run refuses any URL whose host is not loopback (127.0.0.0/8, ::1 or
 // localhost); see CheckLoopback.
 package loadgen

@@ -1,12 +1,9 @@
 package loadgen
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -17,6 +14,7 @@ import (
 	"time"
 
 	"github.com/likes-dev/likes/auth"
+	"github.com/likes-dev/likes/client"
 )
 
 // Phase names.
@@ -151,14 +149,25 @@ func (c *Config) defaults() error {
 }
 
 type user struct {
-	id     string
-	bearer string // "Bearer <token>"
+	id    string
+	token string // bearer token
 }
 
 type runner struct {
 	cfg   Config
 	users [][]user // per worker
 	viral string
+	// api and buttons are the client package's clients of URL and ButtonURL,
+	// without retries: every request is one measured attempt.
+	api, buttons *client.Client
+}
+
+// newClient is a client of base over cfg.Client that never retries (the
+// bench counts every attempt) and has no per-attempt timeout of its own
+// (cfg.Client's Timeout bounds a request).
+func newClient(cfg Config, base string) (*client.Client, error) {
+	return client.New(base, client.WithHTTPClient(cfg.Client),
+		client.WithRetry(client.RetryPolicy{MaxAttempts: 1, AttemptTimeout: -1}))
 }
 
 // Run drives the region through cfg.Phases and returns the report. When ctx
@@ -169,6 +178,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	r := &runner{cfg: cfg, viral: "lg-" + cfg.RunID + "-viral"}
+	var err error
+	if r.api, err = newClient(cfg, cfg.URL); err != nil {
+		return nil, err
+	}
+	if cfg.ButtonURL != "" {
+		if r.buttons, err = newClient(cfg, cfg.ButtonURL); err != nil {
+			return nil, err
+		}
+	}
 	if err := r.preflight(ctx); err != nil {
 		return nil, err
 	}
@@ -184,7 +202,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			if err != nil {
 				return nil, err
 			}
-			r.users[w][i] = user{id: id, bearer: "Bearer " + tok}
+			r.users[w][i] = user{id: id, token: tok}
 		}
 	}
 	rep := &Report{
@@ -211,25 +229,19 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 func (r *runner) preflight(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.cfg.URL+"/healthz", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := r.cfg.Client.Do(req)
-	if err != nil {
+	if err := r.api.Health(ctx); err != nil {
+		var ae *client.Error
+		if errors.As(err, &ae) {
+			return fmt.Errorf("loadgen: %s/healthz answered %d %s", r.cfg.URL, ae.Status, http.StatusText(ae.Status))
+		}
 		return fmt.Errorf("loadgen: region at %s is not answering: %w", r.cfg.URL, err)
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("loadgen: %s/healthz answered %s", r.cfg.URL, resp.Status)
 	}
 	// A region that has just started has no watermark yet and labels counts with
 	// asOf = the Unix epoch. Wait (bounded) until it can prove some freshness so
 	// the first staleness samples measure the pipeline, not the start-up.
-	probe := r.cfg.URL + "/v1/items/lg-" + r.cfg.RunID + "-probe/count"
+	probe := "lg-" + r.cfg.RunID + "-probe"
 	for range 50 {
-		if asOf, err := r.asOf(ctx, probe); err == nil && asOf.Unix() > 0 {
+		if c, err := r.api.Count(ctx, probe); err == nil && c.AsOf.Unix() > 0 {
 			return nil
 		}
 		select {
@@ -239,25 +251,6 @@ func (r *runner) preflight(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-func (r *runner) asOf(ctx context.Context, u string) (time.Time, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return time.Time{}, err
-	}
-	resp, err := r.cfg.Client.Do(req)
-	if err != nil {
-		return time.Time{}, err
-	}
-	defer resp.Body.Close()
-	var body struct {
-		AsOf string `json:"asOf"`
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body); err != nil {
-		return time.Time{}, err
-	}
-	return time.Parse(time.RFC3339Nano, body.AsOf)
 }
 
 type workerState struct {
@@ -396,18 +389,17 @@ func (r *runner) progress(name string, start time.Time, ctr *counters, done <-ch
 func (r *runner) worker(ctx context.Context, phase string, w int, stop time.Time, rng *rand.Rand, st *workerState, res *workerResult, ctr *counters) {
 	users := r.users[w]
 	items := uint64(r.cfg.Items)
-	buf := make([]byte, 0, 512)
 	next := rng.IntN(len(users)) // viral: round-robin start
 	for seq := 0; ; seq++ {
 		if ctx.Err() != nil || !time.Now().Before(stop) {
 			return
 		}
 		var (
-			method, path string
-			u            user
-			ui           = -1
-			item         string
-			apply        func()
+			u     user
+			ui    = -1
+			item  string
+			like  bool
+			apply func()
 		)
 		switch phase {
 		case PhaseUniform:
@@ -417,82 +409,74 @@ func (r *runner) worker(ctx context.Context, phase string, w int, stop time.Time
 			item = r.item(it)
 			key := uint64(ui)*items + it
 			if _, liked := st.liked[key]; liked {
-				method, path = http.MethodDelete, "/v1/items/"+item+"/likes/"+url.PathEscape(u.id)
 				apply = func() { delete(st.liked, key) }
 			} else {
-				method, path = http.MethodPost, "/v1/items/"+item+"/likes"
+				like = true
 				apply = func() { st.liked[key] = struct{}{} }
 			}
 		case PhaseViral:
 			ui := next
 			next = (next + 1) % len(users)
 			u = users[ui]
-			if st.viral[ui] {
-				method, path = http.MethodDelete, "/v1/items/"+r.viral+"/likes/"+url.PathEscape(u.id)
-			} else {
-				method, path = http.MethodPost, "/v1/items/"+r.viral+"/likes"
-			}
+			item, like = r.viral, !st.viral[ui]
 			apply = func() { st.viral[ui] = !st.viral[ui] }
 		default: // reads
-			method, path = http.MethodGet, "/v1/items/"+r.item(rng.Uint64N(items))+"/count"
+			item = r.item(rng.Uint64N(items))
 		}
-		req, err := http.NewRequestWithContext(ctx, method, r.cfg.URL+path, nil)
-		if err != nil {
-			res.errs["request"]++
-			continue
-		}
-		if phase != PhaseReads {
-			req.Header.Set("Authorization", u.bearer)
-			req.Header.Set("Idempotency-Key", "lg-"+r.cfg.RunID+"-w"+strconv.Itoa(w)+"-"+phaseShort(phase)+strconv.Itoa(seq))
-			if tok := st.sessions[ui]; ui >= 0 && tok != "" {
-				req.Header.Set(sessionHeader, tok)
+		var (
+			ans client.WriteAnswer
+			err error
+		)
+		t0 := time.Now()
+		if phase == PhaseReads {
+			_, err = r.api.Count(ctx, item)
+		} else {
+			var sess string
+			if ui >= 0 {
+				sess = st.sessions[ui]
+			}
+			call := []client.CallOption{
+				client.BearerToken(u.token),
+				client.IdempotencyKey("lg-" + r.cfg.RunID + "-w" + strconv.Itoa(w) + "-" + phaseShort(phase) + strconv.Itoa(seq)),
+				client.SessionToken(sess),
+			}
+			if like {
+				ans, err = r.api.Like(ctx, item, call...)
+			} else {
+				ans, err = r.api.Unlike(ctx, item, u.id, call...)
 			}
 		}
-		t0 := time.Now()
-		resp, err := r.cfg.Client.Do(req)
+		d := time.Since(t0)
 		if err != nil {
 			if ctx.Err() != nil {
 				return // interrupted: the request is not counted
 			}
 			res.req++
 			ctr.req.Add(1)
-			res.errs[transportClass(err)]++
+			res.errs[errorClass(err)]++
 			ctr.errs.Add(1)
-			time.Sleep(5 * time.Millisecond) // a dead server must not turn this loop into a spin
+			if errors.Is(err, client.ErrTransport) && !errors.Is(err, client.ErrAnswerCut) {
+				time.Sleep(5 * time.Millisecond) // a dead server must not turn this loop into a spin
+			}
 			continue
-		}
-		buf, err = readBody(resp.Body, buf[:0])
-		resp.Body.Close()
-		d := time.Since(t0)
-		if err != nil && ctx.Err() != nil {
-			return
 		}
 		res.req++
 		ctr.req.Add(1)
-		if resp.StatusCode/100 != 2 || err != nil {
-			k := strconv.Itoa(resp.StatusCode)
-			if err != nil {
-				k = "body"
-			}
-			res.errs[k]++
-			ctr.errs.Add(1)
-			continue
-		}
 		res.ok++
 		ctr.ok.Add(1)
 		res.lat.Record(d)
 		if apply != nil {
 			apply()
-			if bytes.Contains(buf, []byte(`"changed":true`)) {
+			if ans.Changed {
 				res.changed++
 			}
 		}
 		if ui >= 0 {
-			if tok := resp.Header.Get(sessionHeader); tok != "" {
-				st.sessions[ui] = tok
+			if ans.Session != "" {
+				st.sessions[ui] = ans.Session
 			}
-			if r.cfg.ButtonURL != "" && seq%r.cfg.ButtonEvery == 0 {
-				r.readButton(ctx, u, item, st.sessions[ui], method == http.MethodPost, &res.buttons)
+			if r.buttons != nil && seq%r.cfg.ButtonEvery == 0 {
+				r.readButton(ctx, u, item, st.sessions[ui], like, &res.buttons)
 			}
 		}
 	}
@@ -510,15 +494,18 @@ func phaseShort(p string) string {
 	return "r"
 }
 
-// readBody reads at most 64 KiB of body into buf and discards the rest, so the
-// connection can be reused.
-func readBody(body io.Reader, buf []byte) ([]byte, error) {
-	b := bytes.NewBuffer(buf)
-	_, err := b.ReadFrom(io.LimitReader(body, 64<<10))
-	if err == nil {
-		_, err = io.Copy(io.Discard, body)
+// errorClass names a failed request in the report: its HTTP status, "body"
+// for an answer cut off or malformed, "timeout", "refused-non-loopback" or
+// "transport".
+func errorClass(err error) string {
+	var ae *client.Error
+	switch {
+	case errors.As(err, &ae):
+		return strconv.Itoa(ae.Status)
+	case errors.Is(err, client.ErrAnswerCut), errors.Is(err, client.ErrBadAnswer):
+		return "body"
 	}
-	return b.Bytes(), err
+	return transportClass(err)
 }
 
 func transportClass(err error) string {
@@ -569,45 +556,22 @@ func (s *sampler) run(ctx context.Context, stop time.Time) {
 }
 
 func (s *sampler) sample(ctx context.Context, item string) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.r.cfg.URL+"/v1/items/"+item+"/count", nil)
-	if err != nil {
-		s.errs["request"]++
-		return
-	}
-	resp, err := s.r.cfg.Client.Do(req)
+	c, err := s.r.api.Count(ctx, item)
+	now := time.Now()
 	if err != nil {
 		if ctx.Err() == nil {
-			s.errs[transportClass(err)]++
+			s.errs[errorClass(err)]++
 		}
 		return
 	}
-	defer resp.Body.Close()
-	var body struct {
-		AsOf        string `json:"asOf"`
-		StalenessMs int64  `json:"stalenessMs"`
-	}
-	err = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body)
-	now := time.Now()
-	if resp.StatusCode != http.StatusOK {
-		s.errs[strconv.Itoa(resp.StatusCode)]++
-		return
-	}
-	if err != nil {
-		s.errs["body"]++
-		return
-	}
-	asOf, err := time.Parse(time.RFC3339Nano, body.AsOf)
-	if err != nil {
-		s.errs["asOf"]++
-		return
-	}
+	asOf := c.AsOf
 	if asOf.Unix() <= 0 {
 		s.unproven++
 		return
 	}
 	s.n++
 	s.client.Record(now.Sub(asOf))
-	s.server.Record(time.Duration(body.StalenessMs) * time.Millisecond)
+	s.server.Record(time.Duration(c.StalenessMs) * time.Millisecond)
 	if _, ok := s.seen[item]; !ok {
 		s.seen[item] = struct{}{}
 		s.first.Record(now.Sub(asOf))

@@ -227,6 +227,7 @@ func (a *Aggregator) fold(ctx context.Context, evs []edge.Event, w *Window) erro
 			}
 			ap.Write = ev.Version
 		}
+		ap.At = max(ap.At, ev.EventTime)
 		applied[ek] = ap
 		w.Dedupe[ek] = ap
 		d := deltas[ck]

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 
 	"github.com/likes-dev/likes/crdt"
 	"github.com/likes-dev/likes/edge"
@@ -12,6 +13,12 @@ import (
 // got there first. Nothing of the window was written. It is crdt.ErrFenced:
 // one fence error whichever layer finds it.
 var ErrFenced = crdt.ErrFenced
+
+// ErrTruncated is returned by a Log (or a replication source) asked to read
+// after a position below its truncation point: the events in between were
+// deleted by retention, and a reader that went on from the next one would skip
+// them silently. A peer that meets it catches up from a snapshot instead.
+var ErrTruncated = errors.New("pipeline: log truncated below the requested position")
 
 // Head describes a log partition at the moment of a read: every event with
 // EventTime <= CompleteThrough has Pos <= Pos.
@@ -35,10 +42,13 @@ type EdgeKey struct {
 }
 
 // Applied is an edge's dedupe state at an aggregator: the newest write version and
-// the newest correction version applied.
+// the newest correction version applied, and the event time of the newest event
+// applied (At, Unix ms; 0 when unknown: written before it existed). At is what
+// dedupe pruning reads (see the package documentation, "Bounded state").
 type Applied struct {
 	Write      crdt.Version
 	Correction crdt.Version
+	At         int64
 }
 
 // CellUpdate is one fenced cell write: store Cell only if the stored HWM == Expect

@@ -18,25 +18,22 @@ import (
 var _ api.Admin = (*admin)(nil)
 
 // admin implements the operator endpoints of a region.
+// The mismatch gauge is the background reconciler's (reconciler.go): an
+// operator's run, of one item or of all, answers its own report.
 type admin struct {
-	r        *Region
-	mismatch prometheus.Gauge
-	healed   prometheus.Counter
+	r      *Region
+	healed prometheus.Counter
 }
 
 func newAdmin(r *Region) *admin {
 	a := &admin{
 		r: r,
-		mismatch: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "likes_reconcile_mismatch_items",
-			Help: "Items whose recount differed from their summed cells in the last reconciliation (alert on nonzero).",
-		}),
 		healed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "likes_reconcile_healed_total",
 			Help: "Healing events appended by reconciliation.",
 		}),
 	}
-	r.Registry.MustRegister(a.mismatch, a.healed)
+	r.Registry.MustRegister(a.healed)
 	return a
 }
 
@@ -156,7 +153,6 @@ func (a *admin) Reconcile(ctx context.Context, item string, heal bool) (any, err
 		rep.Truncated = rep.Items >= maxReconcileItems
 	}
 	sort.Slice(rep.Mismatched, func(i, j int) bool { return rep.Mismatched[i].Item < rep.Mismatched[j].Item })
-	a.mismatch.Set(float64(len(rep.Mismatched)))
 	if heal && len(rep.Mismatched) > 0 {
 		if err := a.quiescent(ctx); err != nil {
 			return nil, err

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -24,7 +25,10 @@ import (
 	"github.com/likes-dev/likes/epoch"
 	"github.com/likes-dev/likes/epoch/etcdepoch"
 	"github.com/likes-dev/likes/internal/peertls"
+	"github.com/likes-dev/likes/internal/tracing"
+	"github.com/likes-dev/likes/replica"
 	"github.com/likes-dev/likes/replication"
+	"github.com/likes-dev/likes/store/cassandra"
 	"github.com/likes-dev/likes/store/pebblestore"
 )
 
@@ -86,6 +90,9 @@ type Cluster struct {
 	// progress: every region first accepts the new key, then sends with it,
 	// then drops the old one).
 	GossipOldKeys [][]byte
+
+	// tracer is Config.Tracer (set by Open on its copy of the Cluster).
+	tracer trace.TracerProvider
 }
 
 // overridePeers is a replication.PeerSource that rewrites peers' addresses.
@@ -136,6 +143,8 @@ type clusterParts struct {
 	svc         *edge.Service        // set by serve, before the gRPC server starts
 	serving     bool
 	once        sync.Once
+
+	grpcMetrics *replication.GRPCMetrics // both sides of the gRPC plane
 }
 
 // Peerless reports whether the cluster names no region but self: no Regions
@@ -151,11 +160,24 @@ func (c *Cluster) Peerless(self string) bool {
 	return len(c.Seeds) == 0 && len(c.PeerAddrs) == 0
 }
 
+// replicaStore is a region's store as replication ships from and applies to
+// it: the embedded store, or Cassandra (both pass edgetest.RunReplica).
+type replicaStore interface {
+	replica.Source
+	replica.Sink
+	edge.JobStore
+}
+
+var (
+	_ replicaStore = (*pebblestore.Store)(nil)
+	_ replicaStore = (*cassandra.Store)(nil)
+)
+
 // startCluster brings up leases, the authority, the controller, the gRPC
 // services, membership and the shipper. The service is wired by the caller.
 // With st nil (a region on the production engines, Peerless) it starts only
 // the lease and the authority: pins and epochs in etcd, no replication.
-func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.Store, clk clock.Clock, log *slog.Logger) (*clusterParts, error) {
+func startCluster(ctx context.Context, name string, c *Cluster, st replicaStore, clk clock.Clock, log *slog.Logger) (*clusterParts, error) {
 	if c.Etcd == nil {
 		return nil, errors.New("region: Cluster.Etcd is required")
 	}
@@ -164,7 +186,7 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 		return nil, err
 	}
 	if st == nil && !c.Peerless(name) {
-		return nil, fmt.Errorf("region %s: only a region on the embedded store replicates; this Cluster names other regions", name)
+		return nil, fmt.Errorf("region %s: only a region whose aggregators read the store's own log replicates; this Cluster names other regions", name)
 	}
 	if c.TLS != nil && c.TLS.Region != name {
 		return nil, fmt.Errorf("region %s: its certificate names region %q", name, c.TLS.Region)
@@ -243,7 +265,8 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 		return fail(err)
 	}
 
-	sopts := replication.ServerOptions()
+	p.grpcMetrics = replication.NewGRPCMetrics(clk)
+	sopts := append(replication.ServerOptions(tracing.ServerOptions(c.tracer, name, log)...), p.grpcMetrics.ServerOption())
 	var creds func(string) credentials.TransportCredentials
 	if c.TLS != nil {
 		sopts = append(sopts, grpc.Creds(c.TLS.ServerCredentials()))
@@ -282,7 +305,9 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 			log.Warn("memberlist join failed; will learn peers when they join us", "seeds", c.Seeds, "err", err)
 		}
 	}
-	p.transport, err = replication.NewGRPCTransport(replication.TransportConfig{Credentials: creds, MaxProtocol: c.MaxProtocol})
+	dialOpts := tracing.DialOptions(c.tracer, name)
+	p.transport, err = replication.NewGRPCTransport(replication.TransportConfig{Credentials: creds, MaxProtocol: c.MaxProtocol,
+		Interceptors: []grpc.UnaryClientInterceptor{p.grpcMetrics.ClientInterceptor()}, DialOptions: dialOpts})
 	if err != nil {
 		return fail(err)
 	}
@@ -296,6 +321,7 @@ func startCluster(ctx context.Context, name string, c *Cluster, st *pebblestore.
 	}
 	p.forwarder = api.NewForwarder(name, p.resolve, creds)
 	p.forwarder.MaxProtocol = c.MaxProtocol
+	p.forwarder.DialOptions = dialOpts
 	p.maxProtocol = c.MaxProtocol
 	barrier, err := catchup.NewBarrier(catchup.Config{
 		Self: name, Partitions: st.Partitions(), Pins: p.authority, Dir: dir, Cursors: st,

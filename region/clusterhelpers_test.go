@@ -25,6 +25,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/likes-dev/likes/api/apitest"
 	"github.com/likes-dev/likes/auth"
 	"github.com/likes-dev/likes/edge"
 	"github.com/likes-dev/likes/epoch"
@@ -145,7 +146,8 @@ func startTriWith(t *testing.T, o triOpts) *triCluster {
 	tr := &http.Transport{MaxIdleConnsPerHost: 32}
 	c := &triCluster{
 		ecfg: ecfg, dir: dir, byName: map[string]*triNode{}, apCli: apCli,
-		hc: &http.Client{Transport: tr, Timeout: 15 * time.Second}, logs: &triLogBuf{},
+		// Every answer is checked against the API contract (api/openapi.yaml).
+		hc: &http.Client{Transport: apitest.Transport(t, tr), Timeout: 15 * time.Second}, logs: &triLogBuf{},
 		tokens: map[string]string{},
 	}
 	t.Cleanup(func() {

@@ -57,10 +57,12 @@ const (
 //   - Cache "redis": the count cache, the session overlay and the user and IP
 //     limiters are in Redis (rediscache). A dead Redis degrades to the store.
 //
-// A multi-region Cluster needs Store "pebble" and Log "store": replication
-// ships the Pebble log and cells, and has no Cassandra source or sink yet. A
-// peerless Cluster (Cluster.Peerless) works on every engine: the region takes
-// its pins, epochs and lease from etcd and replicates with nobody.
+// A multi-region Cluster needs Log "store": replication ships the store's own
+// log and cells, on Pebble or on Cassandra (both are replica.Source and
+// replica.Sink, and a cluster may mix them); with Kafka the cells' positions
+// are Kafka offsets, not yet proven under replication. A peerless Cluster
+// (Cluster.Peerless) works on every engine: the region takes its pins, epochs
+// and lease from etcd and replicates with nobody.
 type Engines struct {
 	// Store is "pebble" (default) or "cassandra".
 	Store string
@@ -165,9 +167,6 @@ func (e *Engines) normalize(region string, cluster bool) error {
 		}
 		if c.Timeout < 0 {
 			bad("Cassandra timeout must not be negative, got %v", c.Timeout)
-		}
-		if cluster {
-			bad("a multi-region Cluster needs Store %q: replication has no Cassandra source or sink yet (run a Cassandra region alone, without a Cluster)", StorePebble)
 		}
 	default:
 		bad("unknown Store %q (want %q or %q)", e.Store, StorePebble, StoreCassandra)
@@ -395,7 +394,7 @@ func (r *Region) kafkaConfig() kafkalog.Config {
 		Brokers: k.Brokers, Topic: k.Topic, Partitions: r.Backend.Partitions(), ReplicationFactor: k.ReplicationFactor,
 		ClientID:     "likes-" + r.cfg.Name,
 		PollInterval: k.PollInterval, HeartbeatInterval: k.HeartbeatInterval,
-		Opts:    kafkaTLS(k.TLS),
+		Opts:    append(kafkaTLS(k.TLS), r.kafkaM.Opt()),
 		OnError: func(p uint32, err error) { r.log.Warn("kafka relay failed; retrying", "partition", p, "err", err) },
 		OnPoison: func(p uint32, off int64, err error) {
 			r.log.Error("kafka log: undecodable record parked in the dead-letter topic", "partition", p, "offset", off, "err", err)
@@ -556,15 +555,6 @@ func openCaching(cfg Config) (caching, error) {
 		}
 	}
 	return c, nil
-}
-
-// ownWatermark is this region's watermark as its count store knows it.
-func (r *Region) ownWatermark(ctx context.Context) (int64, error) {
-	wm, err := r.Backend.Watermarks(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return wm[r.cfg.Name], nil
 }
 
 // kafkaTLS is the franz-go option that dials brokers over TLS, if any.

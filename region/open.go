@@ -13,7 +13,9 @@ import (
 	"github.com/likes-dev/likes/counts"
 	"github.com/likes-dev/likes/edge"
 	"github.com/likes-dev/likes/internal/buildinfo"
+	"github.com/likes-dev/likes/internal/tracing"
 	"github.com/likes-dev/likes/pipeline"
+	"github.com/likes-dev/likes/stream/kafkalog"
 )
 
 // Open starts a region: it validates cfg, then opens its subsystems in
@@ -30,13 +32,16 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 	if u := cfg.knobs().Unsafe; u.Any() {
 		log.Warn("UNSAFE: guarantees are switched off for testing", "unsafe", fmt.Sprintf("%+v", u))
 	}
-	r := &Region{cfg: cfg, log: log, Registry: prometheus.NewRegistry()}
+	r := &Region{cfg: cfg, log: log, Registry: prometheus.NewRegistry(), reconM: newReconMetrics(), kafkaM: kafkalog.NewClientMetrics()}
+	if err := r.checkDataFolder(ctx); err != nil {
+		return nil, err
+	}
 	if err := r.openStore(ctx); err != nil {
 		return nil, err // openStore closes what it opened
 	}
 	o := &opening{r: r, cfg: cfg, log: log, authority: edge.StaticAuthority(1), regions: []string{cfg.Name}}
 	for _, step := range []func(context.Context) error{
-		o.openCaches, o.joinCluster, o.openWritePath, o.startPipeline, o.startEraser, o.openCounts, o.openAPI,
+		o.openCaches, o.joinCluster, o.openWritePath, o.startPipeline, o.startRetention, o.startEraser, o.openCounts, o.openAPI,
 	} {
 		if err := step(ctx); err != nil {
 			_ = r.Close()
@@ -44,6 +49,7 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 		}
 	}
 	o.registerMetrics()
+	r.startReconciler()
 	return r, nil
 }
 
@@ -69,6 +75,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Tracer == nil {
+		cfg.Tracer = tracing.IDsOnly()
 	}
 	if cfg.UserRate == 0 {
 		cfg.UserRate = 20
@@ -108,14 +117,21 @@ func (o *opening) joinCluster(ctx context.Context) error {
 	if cfg.Cluster == nil {
 		return nil
 	}
-	// Replication ships the embedded store's own log and cells; a region on
-	// the production engines takes only its write authority from etcd.
-	replica := r.Store
-	if cfg.Engines.Log != LogStore {
-		replica = nil
+	// Replication ships the store's own log and cells (Pebble or Cassandra);
+	// a region whose aggregators read Kafka takes only its write authority
+	// from etcd (Engines.validate refuses it other regions).
+	var replica replicaStore
+	switch {
+	case cfg.Engines.Log != LogStore:
+	case r.Store != nil:
+		replica = r.Store
+	case r.Cassandra != nil:
+		replica = r.Cassandra
 	}
 	var err error
-	if r.cluster, err = startCluster(ctx, cfg.Name, cfg.Cluster, replica, cfg.Clock, o.log); err != nil {
+	cc := *cfg.Cluster
+	cc.tracer = cfg.Tracer
+	if r.cluster, err = startCluster(ctx, cfg.Name, &cc, replica, cfg.Clock, o.log); err != nil {
 		return err
 	}
 	o.authority = r.cluster.authority
@@ -246,7 +262,7 @@ func (o *opening) openAPI(context.Context) error {
 		Region: cfg.Name, Service: r.Service, Eraser: r.Eraser, Store: r.Backend, Counts: r.Counts,
 		Verifier:    verifier,
 		UserLimiter: o.caches.user, IPLimiter: o.caches.ip, MaxInFlightWrites: cfg.MaxInFlightWrites,
-		Registry: r.Registry, Clock: cfg.Clock,
+		Registry: r.Registry, Clock: cfg.Clock, Tracer: cfg.Tracer, Logger: o.log,
 	})
 	return err
 }
@@ -266,19 +282,8 @@ func (o *opening) registerMetrics() {
 	}, func() float64 { return 1 }))
 	r.registerPipelineMetrics()
 	r.registerStorageMetrics()
-	if r.cluster != nil {
-		r.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "likes_pins_catching_up",
-			Help: "Ranges this region owns by a planned move but may not write yet: it is catching up on the other live regions' logs (alert if it stays nonzero: a peer is unreachable).",
-		}, func() float64 { return float64(len(r.cluster.authority.CatchingUp())) }))
-	}
-	if r.cluster != nil && r.cluster.replServer != nil {
-		rs := r.cluster.replServer
-		r.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "likes_peer_protocol_refused_total",
-			Help: "Region-to-region calls refused because the caller's protocol version is outside this region's range (a peer too old or too new for a rolling upgrade).",
-		}, func() float64 { return float64(rs.RefusedProtocol()) }))
-	}
+	r.registerClusterMetrics()
+	r.Registry.MustRegister(r.reconM.collectors()...)
 	if e := o.cfg.Engines; e.Store != StorePebble || e.Log != LogStore || e.Cache != CacheInproc {
 		o.log.Info("region engines", "engines", e.String())
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/gocql/gocql"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/likes-dev/likes/api"
 	"github.com/likes-dev/likes/auth"
@@ -68,11 +68,21 @@ type Config struct {
 	// disk is full.
 	MinFreeBytes    uint64
 	MinFreeFraction float64
+	// ReconcileRate is how many items per second the background reconciler
+	// recounts (default DefaultReconcileRate; negative: no background
+	// reconciliation).
+	ReconcileRate float64
+	// Lifecycle is retention and the data folder's identity (identity.go).
+	Lifecycle Lifecycle
 	// Knobs are test-only switches and hooks (TestingKnobs); nil in a
 	// deployment.
 	Knobs  *TestingKnobs
 	Clock  clock.Clock
 	Logger *slog.Logger
+	// Tracer makes the region's spans: HTTP requests, forwarding, the
+	// erasure relay, replication pushes (default tracing.IDsOnly: trace ids
+	// for the logs, nothing recorded).
+	Tracer trace.TracerProvider
 }
 
 // Unsafe lists the guarantees that can be switched off for testing the checker.
@@ -162,9 +172,19 @@ type Region struct {
 	cellWrites atomic.Uint64
 	recount    func(ctx context.Context, item string) (Recount, error)
 	cluster    *clusterParts
+	retainer   *pebblestore.Retainer // nil: no retention (identity.go)
+	identity   IdentityDecision
 	regions    []string // every region whose watermark bounds asOf
+	recon      *reconciler
+	reconM     *reconMetrics
+	kafkaM     *kafkalog.ClientMetrics
 	once       sync.Once
 	closeErr   error
+
+	// consoleMu guards consoleClosed: Close waits for a console read in
+	// flight, and none starts after it (console.go).
+	consoleMu     sync.RWMutex
+	consoleClosed bool
 
 	draining     atomic.Bool
 	readyMu      sync.Mutex
@@ -188,92 +208,6 @@ func (r *Region) storageReady(context.Context) error {
 	return r.relayFault()
 }
 
-func (r *Region) registerStorageMetrics() {
-	if r.Cassandra != nil {
-		c := r.Cassandra
-		r.Registry.MustRegister(
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "likes_storage_writable",
-				Help: "1 while Cassandra takes writes; 0 while its write breaker is open (writes refused at once; /readyz and the log say why).",
-			}, func() float64 {
-				if ok, _, _ := c.Health(); ok {
-					return 1
-				}
-				return 0
-			}),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "likes_storage_faults_total",
-				Help: "Times Cassandra's write breaker opened.",
-			}, func() float64 { _, _, n := c.Health(); return float64(n) }),
-		)
-	}
-	if r.Store == nil {
-		return
-	}
-	st := r.Store
-	r.Registry.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "likes_storage_writable",
-			Help: "1 while the store accepts writes; 0 while it refuses them (low disk space, a failed write or sync, a background error, a stall; /readyz and the log say why).",
-		}, func() float64 {
-			if st.Health().Writable {
-				return 1
-			}
-			return 0
-		}),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "likes_storage_faults_total",
-			Help: "Times the store went from accepting writes to refusing them.",
-		}, func() float64 { return float64(st.Health().Faults) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "likes_storage_free_bytes",
-			Help: "Free space of the data folder's filesystem at the last check (0 when the watermark is off).",
-		}, func() float64 { return float64(st.Health().FreeBytes) }),
-	)
-}
-
-func (r *Region) registerPipelineMetrics() {
-	r.Registry.MustRegister(
-		collectors.NewGoCollector(),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "likes_aggregator_lag_events",
-			Help: "Committed log events not yet folded into cells, summed over partitions.",
-		}, func() float64 {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			lag, err := r.aggregatorLag(ctx)
-			if err != nil {
-				return -1
-			}
-			return float64(lag)
-		}),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "likes_branch_corrections_total",
-			Help: "Correction events folded: older-epoch writes that arrived after an unplanned failover branched their edge (acknowledged writes overtaken; counts stay exact).",
-		}, func() float64 {
-			var n uint64
-			for _, s := range r.aggStats() {
-				n += s.Corrections
-			}
-			return float64(n)
-		}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "likes_count_staleness_seconds",
-			Help: "Now minus this region's watermark (the asOf of a fresh count read).",
-		}, func() float64 {
-			wm, err := r.ownWatermark(context.Background())
-			if err != nil {
-				return -1
-			}
-			return r.cfg.Clock.Now().Sub(time.UnixMilli(wm)).Seconds()
-		}),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "likes_aggregator_cell_writes_total",
-			Help: "Cell writes committed by the aggregators (one per touched cell per window).",
-		}, func() float64 { return float64(r.cellWrites.Load()) }),
-	)
-}
-
 // Engines is the region's engine choice, defaults filled in.
 func (r *Region) Engines() Engines { return r.cfg.Engines }
 
@@ -283,14 +217,23 @@ func (r *Region) Name() string { return r.cfg.Name }
 // Close stops the region. Idempotent.
 func (r *Region) Close() error {
 	r.once.Do(func() {
+		r.consoleMu.Lock()
+		r.consoleClosed = true
+		r.consoleMu.Unlock()
 		var errs []error
 		add := func(err error) {
 			if err != nil {
 				errs = append(errs, err)
 			}
 		}
+		if r.recon != nil {
+			r.recon.Close()
+		}
 		if r.Eraser != nil {
 			add(r.Eraser.Close())
+		}
+		if r.retainer != nil {
+			add(r.retainer.Close())
 		}
 		r.stopAggregators()
 		if r.Counts != nil {

@@ -177,13 +177,13 @@ func (s *Server) handleHeads(ctx context.Context, in *headsRequest) (*headsRespo
 // built with: the JSON codec (forced for this server only; it still encodes
 // protobuf messages as protobuf, so generated services can share the server),
 // a 64 MiB receive limit, and a keepalive policy that admits the transport's
-// pings.
-func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+// pings; extra options (tracing: internal/tracing.ServerOptions) follow.
+func ServerOptions(extra ...grpc.ServerOption) []grpc.ServerOption {
+	return append([]grpc.ServerOption{
 		grpc.ForceServerCodecV2(rpcjson.Codec{}),
 		grpc.MaxRecvMsgSize(maxMsgDefault),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-	}
+	}, extra...)
 }
 
 // TransportConfig configures GRPCTransport. Zero fields take the defaults.
@@ -204,6 +204,12 @@ type TransportConfig struct {
 	// plaintext, for an operator's explicit --insecure-plaintext-peers and
 	// for tests.
 	Credentials func(region string) credentials.TransportCredentials
+	// Interceptors run around every call to a peer (metrics).
+	Interceptors []grpc.UnaryClientInterceptor
+	// DialOptions are added to every connection: tracing and the request id
+	// (internal/tracing.DialOptions), so a push continues at the peer in the
+	// trace it was made in.
+	DialOptions []grpc.DialOption
 }
 
 func (c TransportConfig) withDefaults() (TransportConfig, error) {
@@ -295,8 +301,9 @@ func (t *GRPCTransport) conn(p Peer) (*grpc.ClientConn, error) {
 		bc = new(byteCounts)
 		t.bytes[addr] = bc
 	}
-	cc, err := grpc.NewClient("passthrough:///"+addr,
+	cc, err := grpc.NewClient("passthrough:///"+addr, append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
+		grpc.WithChainUnaryInterceptor(t.cfg.Interceptors...),
 		rpcjson.Reconnect(),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time: t.cfg.KeepaliveTime, Timeout: t.cfg.KeepaliveTimeout, PermitWithoutStream: true,
@@ -305,7 +312,7 @@ func (t *GRPCTransport) conn(p Peer) (*grpc.ClientConn, error) {
 			grpc.ForceCodecV2(rpcjson.Codec{Sent: &bc.sent, Received: &bc.received}),
 			grpc.MaxCallSendMsgSize(t.cfg.MaxMsgSize),
 			grpc.MaxCallRecvMsgSize(t.cfg.MaxMsgSize),
-		),
+		)}, t.cfg.DialOptions...)...,
 	)
 	if err != nil {
 		return nil, fmt.Errorf("replication: connect %s: %w", addr, err)

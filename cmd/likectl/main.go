@@ -1,8 +1,28 @@
-// Command likectl is the operator and developer tool of likes.
+// Command likectl is the operator and developer tool of likes. It follows
+// kubectl/etcdctl conventions:
 //
-//	likectl token --user alice [--admin] [--ttl 1h] [--private-key key.pem] [--iss I] [--aud A]
-//	likectl bench [flags]
-//	likectl pins list|move|drain|settle|rebalance, likectl regions, likectl reconcile
+//	likectl <command> [<subcommand>] [flags]
+//	likectl token --user alice [--admin] [--ttl 1h] [--private-key key.pem]
+//	likectl pins list|move|drain|settle|rebalance   likectl regions   likectl cluster
+//	likectl reconcile [--heal]   likectl dlq list|replay   likectl bench   likectl migrate
+//	likectl certs init|issue   likectl completion bash|zsh   likectl help [command...]
+//
+// Every command and subcommand has help (-h, --help, or `likectl help
+// CMD...`): it prints to stdout, exits 0 and never touches the network,
+// because flags are parsed before anything dials. Read commands take `-o
+// table|json`; their JSON field names are stable and listed in each command's
+// help, and a partial result says so (`"truncated": true`, a line in the
+// table, and the exit status). Exit status: 0 done, 1 done with a finding
+// (mismatches, a partial or truncated result, a refused record), 2 a usage
+// error or a failure (bad flag, cannot connect); run returns typed errors
+// (errUsage, errFinding) and main maps them. Long runs (pins drain and
+// rebalance, reconcile, dlq replay, bench) print progress lines on stderr,
+// off with --quiet.
+//
+// The cluster's parameters (ranges, lease TTL, max skew, key layout version)
+// are read from the cluster metadata in etcd (internal/clustermeta, written
+// when the cluster is created), never typed by hand: `likectl pins` refuses a
+// deprecated --ranges/--lease-ttl/--max-skew that disagrees with them.
 package main
 
 import (
@@ -13,9 +33,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/likes-dev/likes/clock"
 	"github.com/likes-dev/likes/store/cassandra"
 )
 
@@ -25,73 +47,111 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "likectl:", err)
-		os.Exit(2)
 	}
+	os.Exit(exitCode(err))
 }
 
-const usage = `usage: likectl <command> [flags]
-
-commands:
-  token      print a bearer token signed with --private-key (Ed25519/P-256) or $LIKES_AUTH_SECRET
-  token-key  write a new Ed25519 key pair: --out FILE (for --private-key) and FILE.pub (likesd --auth-public-key)
-  bench      drive a region's HTTP API on loopback and report throughput and latency
-  pins       list | move --range N --to REGION | drain --from REGION --to REGION | settle --range N | rebalance
-             (moves are planned: the new owner catches up on every live region's log
-             before writing; --unplanned skips that, as a failover does)
-  regions    live regions: lease health, watermarks, aggregator and replication lag
-  reconcile  recount items from edges, report mismatches, --heal through the fenced path
-  migrate    create or upgrade the Cassandra schema (versioned, idempotent)
-  certs      init (a CA and a gossip key) | issue --region NAME (a region certificate)
-`
-
+// run runs likectl with args; exitCode maps its error to the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return errors.New("missing command")
-	}
-	switch args[0] {
-	case "token":
-		return token(args[1:], stdout, stderr)
-	case "certs":
-		return certs(args[1:], stdout, stderr)
-	case "token-key":
-		return tokenKey(args[1:], stdout, stderr)
-	case "bench":
-		return bench(ctx, args[1:], stdout, stderr)
-	case "pins":
-		return pins(ctx, args[1:], stdout, stderr)
-	case "regions":
-		return regions(ctx, args[1:], stdout, stderr)
-	case "reconcile":
-		return reconcile(ctx, args[1:], stdout, stderr)
-	case "migrate":
-		return cassandra.MigrateCommand(ctx, args[1:], stdout, stderr)
-	case "-h", "--help", "help":
-		fmt.Fprint(stdout, usage)
-		return nil
-	}
-	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("unknown command %q", args[0])
+	return execute(ctx, rootCommand(), args, &env{stdout: stdout, stderr: stderr, clock: clock.Real{}})
 }
 
-func token(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("likectl token", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	user := fs.String("user", "", "the token's subject (required)")
-	admin := fs.Bool("admin", false, "grant admin (retractions, erasing other users)")
-	ttl := fs.Duration("ttl", time.Hour, "validity")
-	s := signer{warn: stderr}
-	s.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
+// extraCommands are top-level commands other files register in init (they
+// appear after the built-in ones).
+var extraCommands []*command
+
+func rootCommand() *command {
+	root := &command{
+		name: "likectl",
+		long: `The operator and developer tool of likes. Every command has help: likectl CMD -h, or likectl help CMD.`,
+		subs: []*command{
+			tokenCommand(),
+			tokenKeyCommand(),
+			pinsCommand(),
+			regionsCommand(),
+			clusterCommand(),
+			reconcileCommand(),
+			dlqCommand(),
+			benchCommand(),
+			migrateCommand(),
+			certsCommand(),
+		},
 	}
-	if *user == "" {
-		return errors.New("token: --user is required")
+	root.subs = append(root.subs, extraCommands...)
+	root.subs = append(root.subs, completionCommand(root))
+	return root
+}
+
+func tokenCommand() *command {
+	return &command{
+		name:    "token",
+		summary: "print a bearer token signed with --private-key (Ed25519/P-256) or $LIKES_AUTH_SECRET",
+		usage:   "token --user NAME [--admin] [--ttl 1h] [--private-key key.pem] [--iss I] [--aud A] [--kid K]",
+		setup: func(fs *flag.FlagSet, e *env) runFunc {
+			user := fs.String("user", "", "the token's subject (required)")
+			admin := fs.Bool("admin", false, "grant admin (retractions, erasing other users)")
+			ttl := fs.Duration("ttl", time.Hour, "validity")
+			s := signer{warn: e.stderr}
+			s.register(fs)
+			return func(ctx context.Context, args []string) error {
+				if err := noArgs("token", args); err != nil {
+					return err
+				}
+				if *user == "" {
+					return usagef("token: --user is required")
+				}
+				tok, err := s.sign(*user, *admin, *ttl)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(e.stdout, tok)
+				return nil
+			}
+		},
 	}
-	tok, err := s.sign(*user, *admin, *ttl)
-	if err != nil {
-		return err
+}
+
+func migrateCommand() *command {
+	return &command{
+		name:     "migrate",
+		summary:  "create or upgrade the Cassandra schema (versioned, idempotent)",
+		rawFlags: []string{"hosts", "keyspace", "replication", "timeout", "status"},
+		raw: func(ctx context.Context, args []string, e *env) error {
+			if hasHelp(args) { // its flag set prints defaults on its error output
+				fmt.Fprintln(e.stdout, "Usage: likectl migrate --keyspace NAME [--hosts h:p,...] [--replication MAP] [--timeout 2m] [--status]")
+				fmt.Fprintln(e.stdout, "\ncreate or upgrade the Cassandra schema of a region's keyspace (versioned, idempotent)")
+				fmt.Fprintln(e.stdout, "\nFlags:")
+				err := cassandra.MigrateCommand(ctx, []string{"-h"}, e.stdout, e.stdout)
+				if err != nil && !errors.Is(err, flag.ErrHelp) {
+					return err
+				}
+				return nil
+			}
+			err := cassandra.MigrateCommand(ctx, args, e.stdout, e.stderr)
+			if err != nil && isFlagError(err) {
+				return usagef("%v (see likectl migrate -h)", err)
+			}
+			return err
+		},
 	}
-	fmt.Fprintln(stdout, tok)
+}
+
+// isFlagError reports whether err comes from parsing migrate's flags (the
+// flag package's errors are plain strings).
+func isFlagError(err error) bool {
+	for _, p := range []string{"flag provided but not defined", "invalid value", "bad flag syntax",
+		"flag needs an argument", "migrate: --keyspace is required", "migrate: unexpected arguments", "migrate: invalid keyspace"} {
+		if strings.Contains(err.Error(), p) {
+			return true
+		}
+	}
+	return false
+}
+
+// noArgs refuses positional arguments of a command that takes none.
+func noArgs(name string, args []string) error {
+	if len(args) > 0 {
+		return usagef("%s: unexpected arguments %q (flags go before them? see likectl %s -h)", name, args, name)
+	}
 	return nil
 }

@@ -55,7 +55,7 @@ func TestPinsRebalance(t *testing.T) {
 	likectl := func(args ...string) string {
 		t.Helper()
 		var out, errb bytes.Buffer
-		args = append(args, "--etcd", strings.Join(e.Endpoints(), ","), "--ranges", "4")
+		args = append(args, "--etcd", strings.Join(e.Endpoints(), ","))
 		if err := run(ctx, args, &out, &errb); err != nil {
 			t.Fatalf("likectl %v: %v\n%s", args, err, errb.String())
 		}

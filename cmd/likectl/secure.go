@@ -1,11 +1,11 @@
 package main
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -21,8 +21,8 @@ import (
 // EnvPrivateKey names a default for --private-key.
 const EnvPrivateKey = "LIKES_AUTH_PRIVATE_KEY"
 
-// errFlags prefixes refused flag combinations.
-var errFlags = errors.New("likectl")
+// errFlags prefixes refused flag values (a usage error: exit 2).
+var errFlags = fmt.Errorf("%w: likectl", errUsage)
 
 // signer mints the tokens likectl sends or prints: with an Ed25519 or P-256
 // private key (--private-key; the regions verify with the public key, and
@@ -30,6 +30,7 @@ var errFlags = errors.New("likectl")
 type signer struct {
 	privateKey, issuer, audience, keyID string
 	warn                                io.Writer
+	warned                              bool // the development-secret warning, once per command
 }
 
 func (s *signer) register(fs *flag.FlagSet) {
@@ -52,7 +53,8 @@ func (s *signer) sign(user string, admin bool, ttl time.Duration) (string, error
 		}
 	} else {
 		secret, isDefault := auth.SecretFromEnv()
-		if isDefault && s.warn != nil {
+		if isDefault && s.warn != nil && !s.warned {
+			s.warned = true
 			fmt.Fprintln(s.warn, "likectl: warning: LIKES_AUTH_SECRET is not set and no --private-key; signing with the public development secret")
 		}
 		key = secret
@@ -64,6 +66,7 @@ func (s *signer) sign(user string, admin bool, ttl time.Duration) (string, error
 // $LIKES_ETCD_PASSWORD).
 type etcdFlags struct {
 	endpoints, cacert, cert, key, user string
+	dialTimeout                        time.Duration
 }
 
 func (e *etcdFlags) register(fs *flag.FlagSet) {
@@ -72,6 +75,7 @@ func (e *etcdFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&e.cert, "etcd-cert", "", "PEM client certificate presented to etcd")
 	fs.StringVar(&e.key, "etcd-key", "", "PEM private key of --etcd-cert")
 	fs.StringVar(&e.user, "etcd-user", "", "etcd user (password from $"+etcdepoch.EnvEtcdPassword+")")
+	fs.DurationVar(&e.dialTimeout, "dial-timeout", 5*time.Second, "how long to wait for etcd before failing")
 }
 
 func (e *etcdFlags) config() etcdepoch.ClientConfig {
@@ -82,7 +86,7 @@ func (e *etcdFlags) config() etcdepoch.ClientConfig {
 		}
 	}
 	return etcdepoch.ClientConfig{Endpoints: eps, CACert: e.cacert, Cert: e.cert, Key: e.key,
-		Username: e.user, Password: os.Getenv(etcdepoch.EnvEtcdPassword)}
+		Username: e.user, Password: os.Getenv(etcdepoch.EnvEtcdPassword), DialTimeout: e.dialTimeout}
 }
 
 // adminClient is how likectl calls a region's admin API: its token signer
@@ -112,19 +116,31 @@ func (a *adminClient) client() (*http.Client, error) {
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}, nil
 }
 
-// tokenKey writes a new Ed25519 key pair for signing tokens: the private key
-// (mode 0600, for likectl --private-key) and the public key (for likesd
-// --auth-public-key). Existing files are never overwritten.
-func tokenKey(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("likectl token-key", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	out := fs.String("out", "", "private key file to create (required); the public key goes to OUT.pub")
-	if err := fs.Parse(args); err != nil {
-		return err
+// tokenKeyCommand writes a new Ed25519 key pair for signing tokens: the
+// private key (mode 0600, for likectl --private-key) and the public key (for
+// likesd --auth-public-key). Existing files are never overwritten.
+func tokenKeyCommand() *command {
+	return &command{
+		name:    "token-key",
+		summary: "write a new Ed25519 key pair: --out FILE (for --private-key) and FILE.pub (likesd --auth-public-key)",
+		usage:   "token-key --out FILE",
+		long:    "The private key is written with mode 0600; existing files are never overwritten.",
+		setup: func(fs *flag.FlagSet, e *env) runFunc {
+			out := fs.String("out", "", "private key file to create (required); the public key goes to OUT.pub")
+			return func(ctx context.Context, args []string) error {
+				if err := noArgs("token-key", args); err != nil {
+					return err
+				}
+				if *out == "" {
+					return fmt.Errorf("%w: token-key: --out is required", errFlags)
+				}
+				return tokenKey(*out, e.stdout)
+			}
+		},
 	}
-	if *out == "" {
-		return fmt.Errorf("%w: token-key: --out is required", errFlags)
-	}
+}
+
+func tokenKey(out string, stdout io.Writer) error {
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return err
@@ -136,7 +152,7 @@ func tokenKey(args []string, stdout, stderr io.Writer) error {
 	write := func(path string, b []byte, mode os.FileMode) error {
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 		if err != nil {
-			return fmt.Errorf("%w: token-key: %w", errFlags, err)
+			return fmt.Errorf("token-key: %w", err)
 		}
 		if _, err := f.Write(b); err != nil {
 			_ = f.Close()
@@ -144,12 +160,12 @@ func tokenKey(args []string, stdout, stderr io.Writer) error {
 		}
 		return f.Close()
 	}
-	if err := write(*out, privPEM, 0o600); err != nil {
+	if err := write(out, privPEM, 0o600); err != nil {
 		return err
 	}
-	if err := write(*out+".pub", pubPEM, 0o644); err != nil {
+	if err := write(out+".pub", pubPEM, 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "wrote %s (private: likectl --private-key) and %s.pub (public: likesd --auth-public-key)\n", *out, *out)
+	fmt.Fprintf(stdout, "wrote %s (private: likectl --private-key) and %s.pub (public: likesd --auth-public-key)\n", out, out)
 	return nil
 }

@@ -114,6 +114,9 @@ var usedOutsidePlan = map[string]string{}
 func TestEveryFlagIsUsed(t *testing.T) {
 	clearLikesEnv(t)
 	data := t.TempDir()
+	// A changed --data (e.g. "x"+data) is relative: planning dev makes its
+	// certificates there, so run where that lands in a temporary folder.
+	t.Chdir(t.TempDir())
 	secret := map[string]string{"LIKES_AUTH_SECRET": testSecret}
 	engines := []string{"--store", "cassandra", "--cassandra", "h", "--log", "kafka", "--kafka", "h:1", "--cache", "redis", "--redis", "h:1"}
 	cases := map[string]struct {

@@ -138,6 +138,8 @@ type common struct {
 	minFree    minFreeFlag
 	engines    engineFlags
 	sec        publicFlags
+	life       lifecycleFlags // retention.go
+	obs        obsFlags       // logging, tracing, admin listener (obs.go, admin.go)
 }
 
 // minFreeFlag is --min-free-space, parsed by pebblestore.ParseMinFree.
@@ -268,6 +270,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	_ = c.minFree.Set(defaultMinFree)
 	fs.Var(&c.minFree, "min-free-space", "low-disk watermark of the Pebble store: below it writes get 503 storage_unavailable and /readyz fails, before the disk is full (a share like 3%, a size like 64MiB, or both: the larger applies; 0: off)")
 	c.engines.register(fs)
+	c.life.register(fs)
 }
 
 // checkCommon validates the shared flags that region.Open would refuse
@@ -299,7 +302,7 @@ func (c *common) regionConfig(name string, ver verification, eng region.Engines,
 	return region.Config{
 		Name: name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: ver.secret, Auth: ver.auth,
 		MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger, Engines: eng,
-		MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction,
+		MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction, Lifecycle: c.life.config(), Tracer: c.obs.tracer(),
 	}
 }
 
@@ -347,10 +350,6 @@ func checkPort(name string, p int) error {
 		return fmt.Errorf("--%s %d out of range", name, p)
 	}
 	return nil
-}
-
-func newLogger(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
 // served is one region with its HTTP server.
@@ -504,6 +503,7 @@ func newDevCmd() *devCmd {
 	fs.IntVar(&d.gossipPort, "gossip-port", 7946, "memberlist port of the first region (region i: port+i)")
 	fs.IntVar(&d.etcdPort, "etcd-port", 2379, "embedded etcd client port (its peer port is etcd-port+1)")
 	d.c.sec.register(fs, false)
+	d.c.obs.register(fs, true)
 	return d
 }
 
@@ -515,6 +515,8 @@ type devPlan struct {
 	hs      httpSettings
 	etcd    *etcdembed.EmbeddedConfig // nil: one region, no etcd
 	logger  *slog.Logger
+	ob      *observability // tracing, admin listener (obs.go)
+	admin   adminFlags
 }
 
 // plan validates the flags (and writes the development certificates on the
@@ -547,7 +549,11 @@ func (d *devCmd) plan(stderr io.Writer) (*devPlan, error) {
 	if err := c.checkCommon(); err != nil {
 		return nil, err
 	}
-	logger := newLogger(stderr)
+	ob, err := c.obs.start(stderr, "")
+	if err != nil {
+		return nil, err
+	}
+	logger := ob.logger
 	ver, err := c.sec.authConfig(os.Getenv(auth.EnvSecret), true, logger)
 	if err != nil {
 		return nil, err
@@ -555,7 +561,7 @@ func (d *devCmd) plan(stderr io.Writer) (*devPlan, error) {
 	if !isLoopback(d.host) {
 		logger.Warn("likesd dev is listening beyond loopback; it is a development setup (its embedded etcd stays on 127.0.0.1)", "host", d.host)
 	}
-	p := &devPlan{host: d.host, hs: hs, logger: logger}
+	p := &devPlan{host: d.host, hs: hs, logger: logger, ob: ob, admin: c.obs.admin}
 	var cluster func(i int) *region.Cluster
 	if len(names) > 1 {
 		ids, gossipKey, err := devPeerSecurity(c.data, names)
@@ -565,7 +571,7 @@ func (d *devCmd) plan(stderr io.Writer) (*devPlan, error) {
 		etcdHost := etcdHostOf(d.host) // no TLS, no auth: never beyond loopback
 		p.etcd = &etcdembed.EmbeddedConfig{
 			Dir: filepath.Join(c.data, "etcd"), ClientAddr: net.JoinHostPort(etcdHost, fmt.Sprint(d.etcdPort)),
-			PeerAddr: net.JoinHostPort(etcdHost, fmt.Sprint(d.etcdPort+1)),
+			PeerAddr: net.JoinHostPort(etcdHost, fmt.Sprint(d.etcdPort+1)), Logger: ob.zap("etcd"),
 		}
 		cluster = func(i int) *region.Cluster {
 			var seeds []string
@@ -610,6 +616,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 func (p *devPlan) start(ctx context.Context, stdout io.Writer) error {
 	logger := p.logger
+	defer p.ob.close()
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -620,7 +627,7 @@ func (p *devPlan) start(ctx context.Context, stdout io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("embedded etcd: %w", err)
 		}
-		cli, err := etcdepoch.NewClient(e.Endpoints())
+		cli, err := etcdepoch.NewClientWith(p.ob.etcdClient(etcdepoch.ClientConfig{Endpoints: e.Endpoints()}))
 		if err != nil {
 			e.Close()
 			return err
@@ -652,6 +659,9 @@ func (p *devPlan) start(ctx context.Context, stdout io.Writer) error {
 			return fail(err)
 		}
 		all = append(all, serveHTTP(r, ln, p.hs))
+	}
+	if err := p.ob.serveAdmin(p.admin, regionsOf(all), stdout); err != nil {
+		return fail(err)
 	}
 	for i, s := range all {
 		fmt.Fprintf(stdout, "likes: region %q serving %s (data %s)\n", s.r.Name(), s.url, filepath.Join(p.regions[i].DataDir, s.r.Name()))
@@ -711,6 +721,7 @@ func newRunCmd() *runCmd {
 	fs.DurationVar(&r.drain, "drain-timeout", 30*time.Second, "on SIGTERM, how long to wait for the hand-off of this region's ranges (planned moves) and the shipper's flush before stopping anyway (0: stop at once, the ranges fail over); the HTTP drain after it takes up to "+httpShutdownTimeout.String()+" more")
 	fs.StringVar(&r.unsafe, "unsafe-break", "", "TESTING ONLY: switch guarantees off (fence,idempotency,lease) to prove the chaos checker fails")
 	r.c.sec.register(fs, true)
+	r.c.obs.register(fs, false)
 	r.peerSec.register(fs)
 	return r
 }
@@ -735,6 +746,8 @@ type runPlan struct {
 	hs            httpSettings
 	drain         time.Duration
 	logger        *slog.Logger
+	ob            *observability // tracing, admin listener (obs.go)
+	admin         adminFlags
 }
 
 // plan validates every flag: every refusal happens here, before anything
@@ -811,12 +824,16 @@ func (rc *runCmd) plan(stderr io.Writer) (*runPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	logger := newLogger(stderr)
+	ob, err := c.obs.start(stderr, rc.name)
+	if err != nil {
+		return nil, err
+	}
+	logger := ob.logger
 	ver, err := c.sec.authConfig(os.Getenv(auth.EnvSecret), false, logger)
 	if err != nil {
 		return nil, err
 	}
-	p := &runPlan{etcd: ecfg, httpListen: rc.httpAddr, httpAdvertise: httpAdv, hs: hs, logger: logger, drain: rc.drain}
+	p := &runPlan{etcd: ob.etcdClient(ecfg), httpListen: rc.httpAddr, httpAdvertise: httpAdv, hs: hs, logger: logger, drain: rc.drain, ob: ob, admin: c.obs.admin}
 	p.rc = c.regionConfig(rc.name, ver, eng, logger)
 	p.rc.Knobs = testKnobs(logger, brk)
 	if standalone {
@@ -879,6 +896,7 @@ func runRegion(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 func (p *runPlan) start(ctx context.Context, stdout io.Writer) error {
+	defer p.ob.close()
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cl := p.rc.Cluster
@@ -908,6 +926,11 @@ func (p *runPlan) start(ctx context.Context, stdout io.Writer) error {
 	}
 	s := serveHTTP(r, ln, p.hs)
 	s.handoff = p.drain
+	if err := p.ob.serveAdmin(p.admin, []*region.Region{r}, stdout); err != nil {
+		_ = s.srv.Close()
+		_ = r.Close()
+		return err
+	}
 	if cl == nil {
 		fmt.Fprintf(stdout, "likes: region %q serving %s standalone (%s; advertised %s)\n", p.rc.Name, s.url, r.Engines().String(), adv)
 	} else {

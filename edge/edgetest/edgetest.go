@@ -26,6 +26,14 @@
 // And about a JobStore: jobs round-trip, and PutErasure of a running job is
 // ordered with Apply (later non-erasure writes are refused).
 //
+// RunReplica is the replica contract for a store that is a replication peer
+// (replica.Source and replica.Sink): events shipped from one store to another
+// leave the receiver as edge.ApplyRemoteEvent says, through duplicates,
+// overlapping and reordered runs, stale versions, a chain of failovers whose
+// corrections telescope, erasure marks, purges and late edges that re-open an
+// erasure, with cursors that never move back. RunReplicaCells ships cells
+// (CellChanges → MergeCells) and checks counts == LIKED edges everywhere.
+//
 // Invariants of the suite itself: deterministic seeds, no sleeps, no wall-clock
 // dependence (every Request carries its own Now).
 package edgetest

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 )
 
 // ErrConfig prefixes configuration errors of the embedded server.
@@ -37,6 +38,10 @@ type EmbeddedConfig struct {
 	// LogLevel of the server's zap logger (default "fatal": etcd logs its own
 	// listener shutdown as errors; real failures still arrive on Err()).
 	LogLevel string
+	// Logger, when set, receives the server's logs instead of etcd's own zap
+	// output (likesd bridges it into its slog handler, internal/logging.Zap);
+	// LogLevel is then the bridge's business.
+	Logger *zap.Logger
 	// Knobs are test-only switches; nil in a deployment.
 	Knobs *TestingKnobs
 	// ClientTLS, when CertFile and KeyFile are set, serves clients over TLS
@@ -91,6 +96,9 @@ func StartEmbedded(c EmbeddedConfig) (*Embedded, error) {
 	cfg.Name = c.Name
 	cfg.Dir = c.Dir
 	cfg.LogLevel = c.LogLevel
+	if c.Logger != nil {
+		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(c.Logger)
+	}
 	cfg.ListenClientUrls = []url.URL{*curl}
 	cfg.AdvertiseClientUrls = []url.URL{*curl}
 	cfg.ListenPeerUrls = []url.URL{*purl}

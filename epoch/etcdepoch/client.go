@@ -35,6 +35,9 @@ type ClientConfig struct {
 	Username, Password string
 	// DialTimeout bounds the first connection (default 5s).
 	DialTimeout time.Duration
+	// Logger receives the client's zap logs (default: error level to
+	// stderr); likesd bridges it into its slog handler (internal/logging.Zap).
+	Logger *zap.Logger
 }
 
 // TLS reports whether the configuration asks for TLS.
@@ -106,11 +109,13 @@ func NewClientWith(c ClientConfig) (*clientv3.Client, error) {
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = 5 * time.Second
 	}
-	zc := zap.NewProductionConfig()
-	zc.Level = zap.NewAtomicLevelAt(zap.ErrorLevel)
-	lg, err := zc.Build()
-	if err != nil {
-		return nil, err
+	lg := c.Logger
+	if lg == nil {
+		zc := zap.NewProductionConfig()
+		zc.Level = zap.NewAtomicLevelAt(zap.ErrorLevel)
+		if lg, err = zc.Build(); err != nil {
+			return nil, err
+		}
 	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   c.Endpoints,

@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/likes-dev/likes/epoch"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/likes-dev/likes/epoch"
+	"github.com/likes-dev/likes/internal/clustermeta"
 )
 
 // initBatch is how many pins one Init transaction creates (etcd's default
@@ -86,10 +89,22 @@ func NewDirectory(cli *clientv3.Client, cfg epoch.Config) (*Directory, error) {
 // epoch.Config is the directory's validated configuration.
 func (d *Directory) Config() epoch.Config { return d.cfg }
 
-// Init creates the pins of a new cluster: range i → regions[i % len(regions)]
-// at epoch 1, each only if absent, so Init is idempotent and never lowers an
-// epoch or undoes a move. ranges must equal epoch.Config.Ranges; it is recorded on
-// first use and a later Init with another value fails.
+// Init creates a new cluster: its metadata (clustermeta.Meta: the range
+// count, the lease TTL and max skew of the directory's configuration, the key
+// layout version), its home regions, then its pins: range i →
+// regions[i % len(regions)] at epoch 1, each only if absent, so Init is
+// idempotent and never lowers an epoch or undoes a move. ranges must equal
+// epoch.Config.Ranges.
+//
+// The metadata, the range count and the homes are written in one
+// transaction, guarded by "none of them exists", before any pin (a
+// cluster's pins cannot all fit one etcd transaction: 128 operations by
+// default), so no pin ever exists without the metadata. They are never
+// overwritten: a later Init whose parameters differ from the stored ones
+// fails with an error wrapping ErrMetaMismatch that names each difference (its
+// regions may differ: the homes of a cluster are those of its creation). A
+// cluster created before the metadata existed (a range count, no metadata)
+// gets it on its next Init, guarded by that range count.
 func (d *Directory) Init(ctx context.Context, ranges int, regions []string) error {
 	if ranges != d.cfg.Ranges {
 		return fmt.Errorf("epoch: Init with %d ranges, directory configured for %d", ranges, d.cfg.Ranges)
@@ -102,19 +117,38 @@ func (d *Directory) Init(ctx context.Context, ranges int, regions []string) erro
 			return err
 		}
 	}
+	meta := MetaOf(d.cfg)
+	meta.CreatedAt = time.Now()
+	enc, err := clustermeta.Encode(meta)
+	if err != nil {
+		return fmt.Errorf("epoch: init: %w", err)
+	}
 	want := strconv.Itoa(ranges)
-	mk := d.cfg.RangesKey()
+	mk, metaKey := d.cfg.RangesKey(), MetaKey(d.cfg)
 	resp, err := d.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(mk), "=", 0)).
-		Then(clientv3.OpPut(mk, want), clientv3.OpPut(d.cfg.HomesKey(), strings.Join(regions, ","))).
-		Else(clientv3.OpGet(mk)).Commit()
+		If(clientv3.Compare(clientv3.CreateRevision(mk), "=", 0), clientv3.Compare(clientv3.CreateRevision(metaKey), "=", 0)).
+		Then(clientv3.OpPut(mk, want), clientv3.OpPut(d.cfg.HomesKey(), strings.Join(regions, ",")), clientv3.OpPut(metaKey, string(enc))).
+		Else(clientv3.OpGet(mk), clientv3.OpGet(metaKey)).Commit()
 	if err != nil {
 		return fmt.Errorf("epoch: init: %w", err)
 	}
 	if !resp.Succeeded {
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 1 && string(kvs[0].Value) != want {
-			return fmt.Errorf("epoch: cluster was created with %s ranges, not %d", kvs[0].Value, ranges)
+			return fmt.Errorf("%w: cluster was created with %s ranges, not %d", ErrMetaMismatch, kvs[0].Value, ranges)
+		}
+		if len(kvs) == 0 {
+			// Metadata without a range count (deleted by hand): check the
+			// metadata, then restore the count and the homes.
+			if err := d.checkMeta(resp.Responses[1].GetResponseRange().Kvs, meta); err != nil {
+				return err
+			}
+			if _, err := d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(mk), "=", 0)).
+				Then(clientv3.OpPut(mk, want), clientv3.OpPut(d.cfg.HomesKey(), strings.Join(regions, ","))).Commit(); err != nil {
+				return fmt.Errorf("epoch: init: %w", err)
+			}
+		} else if err := d.initMeta(ctx, resp.Responses[1].GetResponseRange().Kvs, meta, enc, want); err != nil {
+			return err
 		}
 	}
 	for lo := 0; lo < ranges; lo += initBatch {
@@ -124,6 +158,112 @@ func (d *Directory) Init(ctx context.Context, ranges int, regions []string) erro
 		}
 	}
 	return nil
+}
+
+// initMeta checks the stored metadata (kvs: the read of its key) against
+// meta, or writes it for a cluster created before it existed.
+func (d *Directory) initMeta(ctx context.Context, kvs []*mvccpb.KeyValue, meta clustermeta.Meta, enc []byte, ranges string) error {
+	metaKey := MetaKey(d.cfg)
+	for attempt := 0; ; attempt++ {
+		if len(kvs) == 1 {
+			return d.checkMeta(kvs, meta)
+		}
+		if attempt > 0 {
+			return fmt.Errorf("epoch: init: %s vanished while being written", metaKey)
+		}
+		// An older cluster: a range count (checked equal) and no metadata.
+		mk := d.cfg.RangesKey()
+		tr, err := d.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(metaKey), "=", 0), clientv3.Compare(clientv3.Value(mk), "=", ranges)).
+			Then(clientv3.OpPut(metaKey, string(enc))).
+			Else(clientv3.OpGet(metaKey)).Commit()
+		if err != nil {
+			return fmt.Errorf("epoch: init: %w", err)
+		}
+		if tr.Succeeded {
+			return nil
+		}
+		kvs = tr.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			return fmt.Errorf("epoch: init: %s changed while the metadata was written", mk)
+		}
+	}
+}
+
+// checkMeta compares the stored metadata (kvs: a read of its key, one
+// value) with meta.
+func (d *Directory) checkMeta(kvs []*mvccpb.KeyValue, meta clustermeta.Meta) error {
+	if len(kvs) != 1 {
+		return fmt.Errorf("epoch: init: %s: no metadata and no creation", MetaKey(d.cfg))
+	}
+	stored, err := clustermeta.Decode(kvs[0].Value)
+	if err != nil {
+		return fmt.Errorf("epoch: init: %s: %w", MetaKey(d.cfg), err)
+	}
+	if diff := stored.Diff(meta); len(diff) > 0 {
+		return fmt.Errorf("%w: %s (the cluster's parameters are fixed at its creation)", ErrMetaMismatch, strings.Join(diff, "; "))
+	}
+	return nil
+}
+
+// ErrMetaMismatch is wrapped by Init when the cluster exists with other
+// parameters, and by CheckMeta when a configuration disagrees with the
+// cluster's metadata.
+var ErrMetaMismatch = errors.New("epoch: parameters disagree with the cluster's metadata")
+
+// ErrNoMeta is returned by ReadMeta for a cluster without metadata: one not
+// created yet, or created by a build before the metadata existed (its next
+// Init writes it).
+var ErrNoMeta = errors.New("epoch: the cluster has no metadata")
+
+// MetaKey is the etcd key of the cluster metadata under cfg.Prefix.
+func MetaKey(cfg epoch.Config) string { return cfg.Prefix + "meta/cluster" }
+
+// MetaOf is the metadata a cluster created with cfg (defaults filled) gets.
+func MetaOf(cfg epoch.Config) clustermeta.Meta {
+	return clustermeta.Meta{Layout: clustermeta.Layout, Ranges: cfg.Ranges, LeaseTTL: cfg.TTL, MaxSkew: cfg.MaxSkew}
+}
+
+// ReadMeta reads and validates the cluster metadata under prefix (""
+// means epoch.DefaultPrefix). It returns ErrNoMeta when there is none, and an
+// error wrapping clustermeta.ErrInvalid for a value that is not valid
+// metadata.
+func ReadMeta(ctx context.Context, cli *clientv3.Client, prefix string) (clustermeta.Meta, error) {
+	if prefix == "" {
+		prefix = epoch.DefaultPrefix
+	}
+	key := MetaKey(epoch.Config{Prefix: prefix})
+	resp, err := cli.Get(ctx, key)
+	if err != nil {
+		return clustermeta.Meta{}, fmt.Errorf("epoch: read %s: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return clustermeta.Meta{}, fmt.Errorf("%w (%s is absent)", ErrNoMeta, key)
+	}
+	m, err := clustermeta.Decode(resp.Kvs[0].Value)
+	if err != nil {
+		return clustermeta.Meta{}, fmt.Errorf("epoch: %s: %w", key, err)
+	}
+	return m, nil
+}
+
+// CheckMeta reads the cluster metadata under cfg.Prefix and checks cfg's
+// Ranges, TTL and MaxSkew (defaults filled) against it: nil when they agree,
+// an error wrapping ErrMetaMismatch naming each difference, ErrNoMeta when
+// the cluster has none. likesd can call it before it starts a region.
+func CheckMeta(ctx context.Context, cli *clientv3.Client, cfg epoch.Config) (clustermeta.Meta, error) {
+	cfg, err := cfg.WithDefaults()
+	if err != nil {
+		return clustermeta.Meta{}, err
+	}
+	m, err := ReadMeta(ctx, cli, cfg.Prefix)
+	if err != nil {
+		return clustermeta.Meta{}, err
+	}
+	if diff := m.Diff(MetaOf(cfg)); len(diff) > 0 {
+		return m, fmt.Errorf("%w: %s", ErrMetaMismatch, strings.Join(diff, "; "))
+	}
+	return m, nil
 }
 
 // initBatch creates the absent pins of ranges [lo, hi) in one transaction:
@@ -209,7 +349,14 @@ func (d *Directory) Pin(ctx context.Context, rng uint32) (epoch.Pin, error) {
 // MoveOption changes how Move and Drain move a pin.
 type MoveOption func(*moveOptions)
 
-type moveOptions struct{ planned bool }
+type moveOptions struct {
+	planned bool
+	onMoved func(epoch.Pin)
+}
+
+// OnMoved makes Drain call fn with each pin it moved, as it goes (progress of
+// a long drain); Move ignores it.
+func OnMoved(fn func(epoch.Pin)) MoveOption { return func(o *moveOptions) { o.onMoved = fn } }
 
 // Planned makes the move a planned one (DESIGN section 5): the new pin has
 // CatchUp set, so the new owner starts writing only after it has caught up on
@@ -293,6 +440,10 @@ func (d *Directory) Drain(ctx context.Context, from, to string, notBefore time.T
 	if from == to {
 		return nil, fmt.Errorf("epoch: drain from %q to itself", from)
 	}
+	var o moveOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	pins, err := d.Pins(ctx)
 	if err != nil {
 		return nil, err
@@ -307,6 +458,9 @@ func (d *Directory) Drain(ctx context.Context, from, to string, notBefore time.T
 			np, err := d.Move(ctx, p.Range, p.Epoch, to, nb, opts...)
 			if err == nil {
 				moved = append(moved, np)
+				if o.onMoved != nil {
+					o.onMoved(np)
+				}
 				break
 			}
 			if !errors.Is(err, epoch.ErrEpochChanged) {

@@ -276,7 +276,9 @@ func (s *Store) relay(ctx context.Context, item, user string, eseq uint64, p pen
 }
 
 // effects writes what a pending event implies outside the edge row: the
-// idempotency record it carries and, for a write, the user's item index.
+// idempotency record it carries and, for a write, the user's item index (a
+// correction's index entry, if any is due, is the remote apply's to write:
+// replica.go).
 func (s *Store) effects(ctx context.Context, item, user string, p pending) error {
 	ev := p.Event
 	return parallel(2, func(i int) error {
@@ -286,7 +288,7 @@ func (s *Store) effects(ctx context.Context, item, user string, p pending) error
 				ev.Idem.Changed, ev.Idem.ExpiresAt, int(p.TTLSec)).Exec(); err != nil {
 				return fmt.Errorf("cassandra: idempotency record (%q, %q): %w", user, ev.Idem.Key, err)
 			}
-		case i == 1 && ev.Kind != edge.KindRecord:
+		case i == 1 && ev.Kind != edge.KindRecord && ev.Kind != edge.KindCorrection:
 			if err := s.write(ctx, s.q.userItemsAdd, user, item).Exec(); err != nil {
 				return fmt.Errorf("cassandra: user index (%q, %q): %w", user, item, err)
 			}

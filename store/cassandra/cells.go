@@ -189,6 +189,11 @@ func (s *Store) Commit(ctx context.Context, w pipeline.Window) error {
 	}); err != nil {
 		return err
 	}
+	// The cells changed are announced to replication (CellChanges) once
+	// written, before the position moves.
+	if err := s.notifyCells(ctx, w); err != nil {
+		return err
+	}
 	// 3. Dedupe rows without a cell, then the position.
 	if err := parallel(len(dedupeOnly), func(i int) error {
 		item := dedupeOnly[i]

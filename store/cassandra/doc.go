@@ -2,9 +2,10 @@
 // Cassandra (gocql): edges, idempotency records, the user index, erasure jobs,
 // the committed log (an outbox), cells with the aggregators' dedupe state, and
 // consumer positions. It implements edge.Store, edge.JobStore, pipeline.Log,
-// pipeline.CellStore and counts.CountStore with the semantics of the
-// embedded store (store/pebblestore), and passes the same contract suites
-// (edge/edgetest, pipeline/pipelinetest). Migrate creates and upgrades the
+// pipeline.CellStore, counts.CountStore, replica.Source and replica.Sink with
+// the semantics of the embedded store (store/pebblestore), and passes the same
+// contract suites (edge/edgetest, including its replica contract, and
+// pipeline/pipelinetest). Migrate creates and upgrades the
 // schema; MigrateCommand is `likectl migrate`.
 //
 // A region owns one keyspace. Every table name is qualified with it, so one
@@ -19,8 +20,9 @@
 //	edge_relays  ((item, bucket), user)  eseq, nonce, pos, event_time   USING TIMESTAMP eseq (schema 4)
 //	idem         ((user), key)           fingerprint, liked, changed, expires_at   USING TTL
 //	user_items   ((user), item)
-//	erasures     ((user))                the job, and the user's erasure marker
-//	outbox       ((partition, chunk), pos)  event          chunk = pos / 1024
+//	erasures     ((user))                the job, and the user's erasure marker; remote, late (schema 5)
+//	outbox       ((partition, chunk), pos)  event          chunk = pos / 1024; partition 2^30
+//	                                     is the cell-change feed (replication)
 //	outbox_seq   ((partition))           head, last_time, issued, inflight
 //	relay_intents ((partition, minute), item, user, eseq, nonce)  created_at
 //	sweep_cursors ((partition))          minute: first intent bucket not known clean
@@ -28,7 +30,9 @@
 //	             kind 0, user '': a cell, ORDINARY columns p, n, hwm, watermark
 //	             kind 1: dedupe state of edge (item, user): w_epoch, w_op, c_epoch, c_op
 //	positions    ((partition))           pos, watermark
-//	watermarks   ((region))              peers' watermarks (replication)
+//	watermarks   ((region))              peers' watermarks (replication), USING TIMESTAMP watermark
+//	remote_cursors ((region), stream)    pos: how far a peer's log partition (stream >= 0) or
+//	                                     cell feed (stream -1) is applied, USING TIMESTAMP pos (schema 5)
 //	meta         ((name))                region, partition count, creation time (fixed)
 //
 // Cells are never counter columns: a counter increment is not idempotent (a
@@ -181,6 +185,65 @@
 // stamped at or after last_time and after issued. So that an idle partition's
 // watermark follows the clock, Read records issued = now with an LWT
 // conditioned on the head and issued it read, at most once per IssueEvery.
+//
+// # Replication (replica.Source, replica.Sink)
+//
+// Source: Read is the outbox by position (the same log the aggregators
+// read); OwnWatermark the min over the partitions' positions; CellChanges
+// reads the cell-change feed, an outbox partition of its own (feedPart) that
+// Commit appends one entry per cell to once the window's cells are written
+// and before the position moves, and returns those cells' current states; a
+// crash in between leaves a cell unannounced until its next change or the
+// next anti-entropy pass (ScanCells, a filtered scan of the cells table),
+// never announced before it is written.
+//
+// Sink: ApplyRemote and ApplyRemoteParts run every event above the recorded
+// cursor through edge.ApplyRemoteEvent, the pure rule the embedded store uses
+// (one user's events in order, different users in parallel: all the rule
+// reads and writes is one user's), and record the cursors last. No Cassandra write spans the edge row, the user's
+// partitions and the cursor, so instead of one atomic write every step is
+// idempotent and ordered so that a crash after any of them is safe to
+// repeat:
+//
+//  1. Read the edge row with its relay record (an event still pending in the
+//     row is relayed first, as Apply does), the user's erasure row and, when
+//     the event carries one, the idempotency record; call the rule.
+//  2. Write what lies outside the edge row: the idempotency record (USING
+//     TTL), the user-index entry (added, or dropped for a tombstone after the
+//     user's erasure finished), the erasure job (a peer's mark, or this
+//     region's job re-opened by a late edge). Each is idempotent and is what
+//     the change in step 3 implies, so a crash before step 3 leaves only
+//     writes a repeat makes again (re-opening a job twice only counts Late
+//     twice) or that step 3 then justifies.
+//  3. One lightweight transaction on the edge row, conditioned on (eseq,
+//     epoch, op) as a local write is: the merged edge, the branch records and,
+//     when branches owed one, the correction as the row's pending event with
+//     eseq+1. Every remote change moves eseq, so a local write that read the
+//     row before loses its condition and decides again instead of
+//     overwriting branches. The correction's version is {0, eseq}, which
+//     grows with every event of the row: its dedupe identity at the
+//     aggregator. Correction and branch move are therefore one atomic
+//     write, and the pending machinery (relay, sweeper) appends the
+//     correction to the outbox exactly once. A lost condition or an unknown
+//     outcome reads again (at SERIAL) and decides again: the rule applied to
+//     the state our own landed write left writes nothing more (it is
+//     idempotent, edge.TestApplyRemoteEventIdempotent).
+//  4. Relay the correction (as Apply relays a flip).
+//  5. After the whole push, the cursors, plain writes USING TIMESTAMP through:
+//     it never moves back whatever order writes land in. A crash before it
+//     repeats the run from the old cursor; every event's application is
+//     idempotent, so nothing is counted twice.
+//
+// Marks and purges (KindErasing, KindPurge) are the user's rows only: the
+// purge (records, then the index entries edge.PurgeDrops drops) before the
+// job, so a crash between them repeats the purge. A peer's mark is written
+// over a job read just before (no transaction): an Eraser.Start taking the
+// job over at that moment may lose to the mark, and is repeated by its
+// caller. Every cursor, peer cell and peer watermark is a plain write with a
+// logical timestamp and is never written by a lightweight transaction, so
+// Paxos and logical timestamps never meet on one cell. MergeCells writes a
+// peer's cell USING TIMESTAMP hwm (its single writer's order: the higher hwm
+// wins in any order of arrival), then the cell cursor and the watermark.
 //
 // # LWT contention limits
 //

@@ -432,12 +432,18 @@ func (s *Store) Read(ctx context.Context, part uint32, after uint64, limit int) 
 	if int(part) >= s.opts.Partitions {
 		return nil, pipeline.Head{}, fmt.Errorf("cassandra: partition %d out of range", part)
 	}
+	return s.readLog(ctx, part, after, limit, true)
+}
+
+// readLog is Read of any outbox partition (the log's, or the cell-change
+// feed's without issuing CompleteThrough).
+func (s *Store) readLog(ctx context.Context, part uint32, after uint64, limit int, issue bool) ([]edge.Event, pipeline.Head, error) {
 	seq, err := s.readSeq(ctx, part, false)
 	if err != nil {
 		return nil, pipeline.Head{}, err
 	}
 	h := pipeline.Head{Pos: seq.head, CompleteThrough: max(seq.lastTime-1, seq.issued)}
-	if now := s.opts.Clock.Now().UnixMilli(); now-h.CompleteThrough >= s.opts.IssueEvery.Milliseconds() && now > seq.issued {
+	if now := s.opts.Clock.Now().UnixMilli(); issue && now-h.CompleteThrough >= s.opts.IssueEvery.Milliseconds() && now > seq.issued {
 		var applied bool
 		var err error
 		if seq.exists {

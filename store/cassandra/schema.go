@@ -167,6 +167,21 @@ var Steps = []Step{
 			event_time bigint,
 			PRIMARY KEY ((item, bucket), user))`,
 	}},
+	{5, "replication: peers' cursors, erasure marks of other regions, re-opened erasures", []string{
+		// remote_cursors: per sender region, how far its streams are applied
+		// here: stream p >= 0 is log partition p, stream -1 the cell-change
+		// feed. Plain writes USING TIMESTAMP pos, so a cursor never moves
+		// back whatever order writes land in; never deleted.
+		`CREATE TABLE IF NOT EXISTS %[1]s.remote_cursors (
+			region text,
+			stream int,
+			pos bigint,
+			PRIMARY KEY ((region), stream))`,
+		// erasures.remote: the row marks another region's erasure of the user
+		// (edge.ErasureJob.Remote); erasures.late: late edges that re-opened
+		// this region's own job (edge.ReopenLate).
+		`ALTER TABLE %[1]s.erasures ADD IF NOT EXISTS (remote boolean, late int)`,
+	}},
 }
 
 // SchemaVersion is the version Migrate brings a keyspace to.

@@ -54,6 +54,14 @@ type stmts struct {
 	positionPut   string
 	positionAll   string
 	watermarksAll string
+
+	remoteCursors   string
+	remoteCursorPut string // USING TIMESTAMP pos
+	watermarkPut    string // USING TIMESTAMP watermark
+	peerCellPut     string // USING TIMESTAMP hwm
+	cellsOfRegion   string
+	userItemsAll    string
+	userItemDelete  string
 }
 
 func newStmts(ks string) stmts {
@@ -85,10 +93,10 @@ func newStmts(ks string) stmts {
 		userItems:      q(`SELECT item FROM KS.user_items WHERE user = ? AND item > ? LIMIT ?`),
 		userItemsPurge: q(`DELETE FROM KS.user_items WHERE user = ?`),
 
-		erasureInsert: q(`INSERT INTO KS.erasures (user, state, edges, unliked, started_at, finished_at, cursor)
-			VALUES (?, ?, ?, ?, ?, ?, ?)`),
-		erasureSelect: q(`SELECT user, state, edges, unliked, started_at, finished_at, cursor FROM KS.erasures WHERE user = ?`),
-		erasureAll:    q(`SELECT user, state, edges, unliked, started_at, finished_at, cursor FROM KS.erasures`),
+		erasureInsert: q(`INSERT INTO KS.erasures (user, state, edges, unliked, started_at, finished_at, cursor, remote, late)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		erasureSelect: q(`SELECT user, state, edges, unliked, started_at, finished_at, cursor, remote, late FROM KS.erasures WHERE user = ?`),
+		erasureAll:    q(`SELECT user, state, edges, unliked, started_at, finished_at, cursor, remote, late FROM KS.erasures`),
 		erasureExists: q(`SELECT user FROM KS.erasures WHERE user = ?`),
 
 		intentInsert: q(`INSERT INTO KS.relay_intents (partition, minute, item, user, eseq, nonce, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`),
@@ -122,5 +130,14 @@ func newStmts(ks string) stmts {
 		positionPut:   q(`INSERT INTO KS.positions (partition, pos, watermark) VALUES (?, ?, ?)`),
 		positionAll:   q(`SELECT partition, watermark FROM KS.positions`),
 		watermarksAll: q(`SELECT region, watermark FROM KS.watermarks`),
+
+		remoteCursors:   q(`SELECT stream, pos FROM KS.remote_cursors WHERE region = ?`),
+		remoteCursorPut: q(`INSERT INTO KS.remote_cursors (region, stream, pos) VALUES (?, ?, ?) USING TIMESTAMP ?`),
+		watermarkPut:    q(`INSERT INTO KS.watermarks (region, watermark) VALUES (?, ?) USING TIMESTAMP ?`),
+		peerCellPut: q(`INSERT INTO KS.cells (item, kind, region, shard, user, p, n, hwm, watermark)
+			VALUES (?, 0, ?, ?, '', ?, ?, ?, ?) USING TIMESTAMP ?`),
+		cellsOfRegion:  q(`SELECT item, shard, p, n, hwm, watermark FROM KS.cells WHERE kind = 0 AND region = ? ALLOW FILTERING`),
+		userItemsAll:   q(`SELECT item FROM KS.user_items WHERE user = ?`),
+		userItemDelete: q(`DELETE FROM KS.user_items WHERE user = ? AND item = ?`),
 	}
 }

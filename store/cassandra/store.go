@@ -599,16 +599,38 @@ func (s *Store) Heal(ctx context.Context, item string, delta int64) error {
 // PutErasure implements edge.JobStore. The job row is also the user's erasure
 // marker; Apply reads it at Options.Consistency after this write returns, so
 // every later Apply sees the user as erased. An Apply that read the marker
-// just before it was written is caught after its write (see doc.go).
+// just before it was written is caught after its write (see doc.go). It
+// writes edge.MergeJob(stored, j), so a job re-opened by a late replicated
+// edge stays re-opened. A job starting here (new, or taken over from another
+// region's mark) first appends a KindErasing event, so the mark replicates
+// with the log (peers refuse the user's writes too); a retry after a failure
+// may append it twice, which marks nothing more.
 func (s *Store) PutErasure(ctx context.Context, j edge.ErasureJob) error {
 	if s.isClosed() {
 		return ErrClosed
 	}
-	return s.write(ctx, s.q.erasureInsert, j.User, j.State, j.Edges, j.Unliked, j.StartedAt, j.FinishedAt, j.Cursor).Exec()
+	old, had, err := s.Erasure(ctx, j.User)
+	if err != nil {
+		return err
+	}
+	if had {
+		j = edge.MergeJob(old, j)
+	}
+	if j.State == edge.ErasureRunning && !j.Remote && (!had || old.Remote) {
+		if _, err := s.appendStandalone(ctx, edge.Event{User: j.User, Bucket: edge.BucketOf(j.User), Kind: edge.KindErasing,
+			EventTime: j.StartedAt}); err != nil {
+			return err
+		}
+	}
+	return s.writeJob(ctx, j)
+}
+
+func (s *Store) writeJob(ctx context.Context, j edge.ErasureJob) error {
+	return s.write(ctx, s.q.erasureInsert, j.User, j.State, j.Edges, j.Unliked, j.StartedAt, j.FinishedAt, j.Cursor, j.Remote, j.Late).Exec()
 }
 
 func scanJob(sc interface{ Scan(...any) bool }, j *edge.ErasureJob) bool {
-	return sc.Scan(&j.User, &j.State, &j.Edges, &j.Unliked, &j.StartedAt, &j.FinishedAt, &j.Cursor)
+	return sc.Scan(&j.User, &j.State, &j.Edges, &j.Unliked, &j.StartedAt, &j.FinishedAt, &j.Cursor, &j.Remote, &j.Late)
 }
 
 // Erasure implements edge.JobStore.

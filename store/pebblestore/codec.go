@@ -194,12 +194,18 @@ func decodeCell(v []byte) (crdt.Cell, error) {
 }
 
 func encodeApplied(a pipeline.Applied) []byte {
-	return wire.AppendVersion(wire.AppendVersion(nil, a.Write), a.Correction)
+	b := wire.AppendVersion(wire.AppendVersion(nil, a.Write), a.Correction)
+	return binary.AppendVarint(b, a.At)
 }
 
+// decodeApplied reads an entry with or without its event time (entries
+// written before At existed end after the two versions: At 0, unknown).
 func decodeApplied(v []byte) (pipeline.Applied, error) {
 	d := newDec(v)
 	a := pipeline.Applied{Write: d.Version(), Correction: d.Version()}
+	if d.Err() == nil && d.Len() > 0 {
+		a.At = d.Varint()
+	}
 	return a, d.Err()
 }
 

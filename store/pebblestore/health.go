@@ -457,7 +457,7 @@ func (s *Store) openDB() (*pebble.DB, error) {
 	err := s.guarded("open", func() error {
 		cache := pebble.NewCache(s.opts.CacheBytes)
 		defer cache.Unref()
-		po := &pebble.Options{FS: s.opts.FS, Logger: pebbleLogger{s: s}, EventListener: s.listener(), Cache: cache}
+		po := &pebble.Options{FS: s.opts.FS, Logger: pebbleLogger{s: s}, EventListener: s.loggedListener(), Cache: cache}
 		var err error
 		db, err = pebble.Open(s.opts.Dir, po)
 		return err

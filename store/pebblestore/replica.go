@@ -32,9 +32,7 @@ func (s *Store) loadCellSeq() error {
 }
 
 // purgeUser removes the user's idempotency records and the item-index entries
-// of the user's edges that are ERASED here. An entry whose edge is not ERASED
-// here stays: its erasure went to another owner and has not replicated back,
-// or the edge arrived late (edge.ReopenLate), and the eraser must list it.
+// edge.PurgeDrops says go (edges ERASED here).
 func purgeUser(b *pebble.Batch, user string) error {
 	_ = b.DeleteRange(idemPrefix(user), prefixEnd(idemPrefix(user)), nil)
 	p := userIdxPrefix(user)
@@ -54,7 +52,7 @@ func purgeUser(b *pebble.Batch, user string) error {
 		if err != nil {
 			return err
 		}
-		if !ok || e.State == crdt.Erased {
+		if edge.PurgeDrops(e, ok) {
 			_ = b.Delete(userIdxKey(user, item), nil)
 		}
 	}
@@ -85,6 +83,9 @@ func (s *Store) CellChanges(_ context.Context, after uint64, limit int) ([]repli
 		return nil, after, err
 	}
 	defer it.Close()
+	if err := s.outboxTruncatedBelow(after); err != nil {
+		return nil, after, err // retention deleted changes after `after`
+	}
 	through := after
 	seen := map[string]bool{}
 	var out []replica.CellState
@@ -201,94 +202,69 @@ func (s *Store) applyRemotePart(b *pebble.Batch, w *batchWriter, from string, p 
 	return b.Set(ck, binary.AppendUvarint(nil, p.Through), nil)
 }
 
+// applyRemoteEvent reads what edge.ApplyRemoteEvent needs, in the batch
+// (which sees the writes of the events before it), and writes what it says.
 func (s *Store) applyRemoteEvent(b *pebble.Batch, w *batchWriter, ev edge.Event) error {
-	switch ev.Kind {
-	case edge.KindCorrection, edge.KindReconcile:
-		return nil // the sender's own cells account for it
-	case edge.KindErasing:
-		// Another region started erasing the user: mark it here so this
-		// region refuses the user's writes too; the origin runs the job.
-		if ok, err := exists(b, erasureKey(ev.User)); err != nil || ok {
-			return err
-		}
-		v, err := encodeJob(edge.ErasureJob{User: ev.User, State: edge.ErasureRunning, StartedAt: ev.EventTime, Remote: true})
-		if err != nil {
-			return err
-		}
-		return b.Set(erasureKey(ev.User), v, nil)
-	case edge.KindPurge:
-		if err := purgeUser(b, ev.User); err != nil {
-			return err
-		}
-		old, had, err := getInto(b, erasureKey(ev.User), decodeJob)
-		if err != nil || (had && (!old.Remote || old.State == edge.ErasureDone)) {
-			return err // this region's own job, or already done
-		}
-		j := edge.ErasureJob{User: ev.User, State: edge.ErasureDone, FinishedAt: ev.EventTime, Remote: true}
-		if had {
-			j.StartedAt = old.StartedAt
-		}
-		v, err := encodeJob(j)
-		if err != nil {
-			return err
-		}
-		return b.Set(erasureKey(ev.User), v, nil)
+	if ev.Kind == edge.KindCorrection || ev.Kind == edge.KindReconcile {
+		return nil // nothing to read: the rule writes nothing for them
 	}
-	if ev.Idem != nil {
-		ik := idemKey(ev.User, ev.Idem.Key)
-		if ok, err := exists(b, ik); err != nil {
-			return err
-		} else if !ok {
-			_ = b.Set(ik, encodeIdem(ev.Idem.Record(ev.Item, ev.User)), nil)
-		}
-	}
-	ek := edgeKey(ev.Item, ev.User)
-	local, _, err := getInto(b, ek, func(v []byte) (edge.Edge, error) { return decodeEdge(ev.Item, ev.User, v) })
+	var l edge.RemoteLocal
+	job, had, err := getInto(b, erasureKey(ev.User), decodeJob)
 	if err != nil {
 		return err
 	}
-	bk := branchKey(ev.Item, ev.User)
-	rec, _, err := getInto(b, bk, decodeBranchRec)
-	if err != nil {
-		return err
+	if had {
+		l.Job = &job
 	}
-	res := edge.ApplyRemote(local, rec.bs, ev)
-	if res.EdgeChanged {
-		_ = b.Set(ek, encodeEdge(res.Edge), nil)
-		if res.Edge.State != crdt.Erased {
-			_ = b.Set(userIdxKey(ev.User, ev.Item), nil, nil)
-			if err := reopenLate(b, ev.User); err != nil {
+	hasEdge := ev.Kind != edge.KindErasing && ev.Kind != edge.KindPurge
+	ek, bk := edgeKey(ev.Item, ev.User), branchKey(ev.Item, ev.User)
+	if hasEdge {
+		if ev.Idem != nil {
+			if l.HasRecord, err = exists(b, idemKey(ev.User, ev.Idem.Key)); err != nil {
 				return err
 			}
 		}
+		if l.Edge, _, err = getInto(b, ek, func(v []byte) (edge.Edge, error) { return decodeEdge(ev.Item, ev.User, v) }); err != nil {
+			return err
+		}
+		rec, _, err := getInto(b, bk, decodeBranchRec)
+		if err != nil {
+			return err
+		}
+		l.Branches, l.Corrections = rec.bs, rec.corrections
 	}
-	if res.Correction != nil {
-		// Corrections of one edge can arrive out of their remote versions'
-		// order (two branches corrected by versions from two regions), so
-		// their dedupe identity is this edge's own correction sequence.
-		rec.corrections++
-		res.Correction.Version = crdt.Version{Op: rec.corrections}
-		w.appendEvent(*res.Correction)
+	wr := edge.ApplyRemoteEvent(l, ev)
+	if wr.Purge {
+		if err := purgeUser(b, ev.User); err != nil {
+			return err
+		}
 	}
-	if res.BranchesChanged || res.Correction != nil {
-		rec.bs = res.Branches
-		_ = b.Set(bk, encodeBranchRec(rec), nil)
+	if wr.Record != nil {
+		_ = b.Set(idemKey(ev.User, ev.Idem.Key), encodeIdem(*wr.Record), nil)
+	}
+	if wr.Edge != nil {
+		_ = b.Set(ek, encodeEdge(*wr.Edge), nil)
+	}
+	if wr.Index {
+		_ = b.Set(userIdxKey(ev.User, ev.Item), nil, nil)
+	}
+	if wr.Unindex {
+		_ = b.Delete(userIdxKey(ev.User, ev.Item), nil)
+	}
+	if wr.Job != nil {
+		v, err := encodeJob(*wr.Job)
+		if err != nil {
+			return err
+		}
+		_ = b.Set(erasureKey(ev.User), v, nil)
+	}
+	if wr.Correction != nil {
+		w.appendEvent(*wr.Correction)
+	}
+	if wr.BranchesChanged {
+		_ = b.Set(bk, encodeBranchRec(branchRec{bs: wr.Branches, corrections: wr.Corrections}), nil)
 	}
 	return nil
-}
-
-// reopenLate re-opens the erasure job this region runs for user, if any, in
-// the batch that stores a non-ERASED edge of the user (edge.ReopenLate).
-func reopenLate(b *pebble.Batch, user string) error {
-	j, had, err := getInto(b, erasureKey(user), decodeJob)
-	if err != nil || !had || j.Remote {
-		return err
-	}
-	v, err := encodeJob(edge.ReopenLate(j))
-	if err != nil {
-		return err
-	}
-	return b.Set(erasureKey(user), v, nil)
 }
 
 // MergeCells implements replica.Sink.

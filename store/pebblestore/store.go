@@ -103,6 +103,13 @@ type Store struct {
 	issued   int64      // max CompleteThrough handed to a reader
 	inflight bool       // a group commit is in progress
 	flightAt int64      // its event time
+	// Retention (retention.go): truncation points and outbox checkpoints.
+	floors      []uint64 // per partition: events at or below are deleted
+	outboxFloor uint64   // outbox entries at or below are deleted
+	checkpoints []checkpoint
+
+	// Owned by Retain's one caller: where the dedupe and idempotency sweeps resume.
+	dedupeResume, idemResume []byte
 
 	cellMu  sync.Mutex // serializes fenced cell commits and cell merges
 	cellSeq uint64     // last cell outbox sequence (guarded by cellMu)
@@ -168,6 +175,7 @@ func Open(opts Options) (*Store, error) {
 		loopDone:    make(chan struct{}),
 		monitorDone: make(chan struct{}),
 		heads:       make([]uint64, opts.Partitions),
+		floors:      make([]uint64, opts.Partitions),
 	}
 	if s.fs == nil {
 		s.fs = vfs.Default
@@ -227,9 +235,17 @@ func (s *Store) loadHeads() error {
 		return err
 	}
 	defer it.Close()
+	floors, floorTimes, err := s.loadFloors()
+	if err != nil {
+		return err
+	}
 	heads := make([]uint64, s.opts.Partitions)
 	var lastTime, issued int64
 	for p := 0; p < s.opts.Partitions; p++ {
+		// A partition truncated through its head has no event left: its
+		// floor carries the head and the last event time.
+		heads[p] = floors[p]
+		lastTime = max(lastTime, floorTimes[p])
 		if !it.SeekLT(logKey(uint32(p)+1, 0)) {
 			continue
 		}
@@ -238,7 +254,7 @@ func (s *Store) loadHeads() error {
 			continue
 		}
 		pos := binary.BigEndian.Uint64(k[5:])
-		heads[p] = pos
+		heads[p] = max(heads[p], pos)
 		ev, err := decodeEvent(uint32(p), pos, it.Value())
 		if err != nil {
 			return wrapCorrupt("log event", k, err)
@@ -256,8 +272,12 @@ func (s *Store) loadHeads() error {
 		}
 		issued = max(issued, wm)
 	}
+	s.cellMu.Lock()
+	s.cellSeq = max(s.cellSeq, s.OutboxFloor()) // an outbox truncated through its last entry
+	s.cellMu.Unlock()
 	s.mu.Lock()
 	copy(s.heads, heads)
+	copy(s.floors, floors)
 	s.lastTime = max(s.lastTime, lastTime)
 	s.issued = max(s.issued, issued)
 	s.inflight = false // a failed group is now in the log, or never will be
@@ -707,6 +727,9 @@ func (s *Store) Read(_ context.Context, part uint32, after uint64, limit int) ([
 		return nil, h, err
 	}
 	defer it.Close()
+	if err := s.truncatedBelow(part, after); err != nil {
+		return nil, h, err
+	}
 	var evs []edge.Event
 	for ok := it.First(); ok && len(evs) < limit; ok = it.Next() {
 		ev, err := decodeEvent(part, binary.BigEndian.Uint64(it.Key()[5:]), it.Value())

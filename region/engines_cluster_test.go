@@ -1,0 +1,107 @@
+package region_test
+
+// A cluster that mixes engines: "eu" on Cassandra (edges, outbox, cells; the
+// store's own log), "us" and "ap" on the embedded store. Replication ships
+// Cassandra's outbox and cell feed and applies peers' events through the same
+// rule (edge.ApplyRemoteEvent) as Pebble does. Skipped without a Cassandra
+// (LIKES_TEST_CASSANDRA_HOSTS: bash scripts/servers.sh up cassandra, then
+// eval "$(bash scripts/servers.sh env)").
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/likes-dev/likes/region"
+	"github.com/likes-dev/likes/store/cassandra"
+)
+
+// mixedKeyspace migrates a fresh keyspace on the test Cassandra (skipping t
+// when none is configured) and drops it when t ends.
+func mixedKeyspace(t *testing.T) ([]string, string) {
+	t.Helper()
+	hosts := cassandra.ParseHosts(os.Getenv("LIKES_TEST_CASSANDRA_HOSTS"))
+	if len(hosts) == 0 {
+		t.Skip("LIKES_TEST_CASSANDRA_HOSTS is not set: no Cassandra for the mixed-engine cluster " +
+			"(bash scripts/servers.sh up cassandra && eval \"$(bash scripts/servers.sh env)\")")
+	}
+	var rnd [4]byte
+	_, _ = crand.Read(rnd[:])
+	ks := "likes_mixed_eu_" + hex.EncodeToString(rnd[:])
+	sess, err := cassandra.Connect(cassandra.SessionConfig{Hosts: hosts, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, err := cassandra.Migrate(ctx, sess, ks, ""); err != nil {
+		sess.Close()
+		t.Fatalf("migrate %s: %v", ks, err)
+	}
+	t.Cleanup(func() {
+		defer sess.Close()
+		if os.Getenv("LIKES_TEST_CASSANDRA_KEEP") != "" {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := sess.Query("DROP KEYSPACE IF EXISTS " + ks).WithContext(ctx).Exec(); err != nil {
+			t.Logf("drop keyspace %s: %v", ks, err)
+		}
+	})
+	return hosts, ks
+}
+
+// TestMixedEnginesCluster: likes written through every region (forwarded to
+// the owner of each user's range, about a third of them on Cassandra)
+// converge in all three regions to counts == LIKED edges; retries of the same
+// keys through other regions replay and count nothing twice.
+func TestMixedEnginesCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded etcd, two embedded regions and one on Cassandra")
+	}
+	hosts, ks := mixedKeyspace(t)
+	c := startTriWith(t, triOpts{region: func(name string, cfg *region.Config) {
+		if name == "eu" {
+			cfg.Engines = region.Engines{Store: region.StoreCassandra,
+				Cassandra: region.CassandraEngine{Hosts: hosts, Keyspace: ks, Timeout: 20 * time.Second}}
+		}
+	}})
+	eu := c.byName["eu"].r
+	if eu.Cassandra == nil || eu.Store != nil {
+		t.Fatal("region eu is not on Cassandra")
+	}
+	users := triUsers(1)
+	for _, st := range []struct {
+		name string
+		f    func(*testing.T, *triCluster, []string)
+	}{
+		{"ReplicationAndForwarding", testTriReplication},
+		{"IdempotencyAcrossRegions", testTriIdempotency},
+		{"PinMoveUnderLoad", testTriPinMove},
+		{"LeaseLossFailsClosed", testTriLeaseLoss},
+	} {
+		if !t.Run(st.name, func(t *testing.T) { st.f(t, c, users) }) {
+			return
+		}
+	}
+	// Cassandra holds the edges the embedded regions' owners wrote, applied
+	// from their logs.
+	ps := c.mustPins(t)
+	remote := 0
+	for _, u := range users {
+		if triOwner(ps, u).Region == "eu" {
+			continue
+		}
+		if e, ok, err := eu.Cassandra.Edge(context.Background(), "rep-a", u); err != nil || !ok || e.Version.Epoch == 0 {
+			t.Fatalf("eu's Cassandra edge (rep-a, %s): %+v found %v err %v", u, e, ok, err)
+		}
+		remote++
+	}
+	if remote == 0 {
+		t.Fatal("no user of another region's range")
+	}
+}

@@ -1,0 +1,348 @@
+package region
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/likes-dev/likes/epoch"
+	"github.com/likes-dev/likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/store/pebblestore"
+)
+
+// Lifecycle configures the region's bounded state and its data folder's
+// identity (issue 14).
+type Lifecycle struct {
+	// LogRetention is the retention horizon (`--log-retention`, default 7
+	// days): the log and the cell outbox are truncated below every
+	// aggregator's position, every live peer's acknowledged cursor and the
+	// horizon; dedupe state older than it is pruned; expired idempotency
+	// records are swept. Negative: no retention at all (state grows).
+	LogRetention time.Duration
+	// RetentionInterval is the time between retention rounds (default 1 minute).
+	RetentionInterval time.Duration
+	// BootstrapFromPeers lets the region start on an empty data folder although
+	// the cluster records a data set for it (`--bootstrap-from-peers`): it
+	// registers the new folder and rebuilds from its peers. Without it such a
+	// start is refused (ErrIdentity).
+	BootstrapFromPeers bool
+}
+
+// ErrIdentity is returned (wrapped) when the data folder belongs to another
+// cluster or region, is unreadable, or is empty while the cluster says the
+// region has state.
+var ErrIdentity = errors.New("region: data folder identity")
+
+// identityFile is the name of the identity file in a region's data folder.
+const identityFile = "LIKES-IDENTITY"
+
+// maxIdentityBytes bounds what is read of an identity file.
+const maxIdentityBytes = 4096
+
+// Identity is what a region's data folder says it holds.
+type Identity struct {
+	Format int `json:"format"`
+	// Cluster is the cluster id from etcd ("" for a standalone region).
+	Cluster string `json:"cluster"`
+	Region  string `json:"region"`
+	// DataSet is this folder's id, registered in etcd for the region.
+	DataSet   string `json:"dataSet"`
+	CreatedMs int64  `json:"createdMs"`
+}
+
+func (id Identity) validate() error {
+	if id.Format != 1 {
+		return fmt.Errorf("format %d, want 1", id.Format)
+	}
+	if err := epoch.ValidRegion(id.Region); err != nil {
+		return err
+	}
+	if id.Cluster != "" {
+		if err := etcdepoch.ValidID(id.Cluster); err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
+	}
+	if err := etcdepoch.ValidID(id.DataSet); err != nil {
+		return fmt.Errorf("data set: %w", err)
+	}
+	return nil
+}
+
+// ReadIdentity reads and validates the identity file of a region folder
+// (ok false: there is none).
+func ReadIdentity(dir string) (Identity, bool, error) {
+	f, err := os.Open(filepath.Join(dir, identityFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return Identity{}, false, nil
+	}
+	if err != nil {
+		return Identity{}, false, fmt.Errorf("%w: %v", ErrIdentity, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxIdentityBytes+1))
+	if err != nil {
+		return Identity{}, false, fmt.Errorf("%w: read %s: %v", ErrIdentity, f.Name(), err)
+	}
+	if len(b) > maxIdentityBytes {
+		return Identity{}, false, fmt.Errorf("%w: %s is larger than %d bytes: not an identity file", ErrIdentity, f.Name(), maxIdentityBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var id Identity
+	if err := dec.Decode(&id); err != nil {
+		return Identity{}, false, fmt.Errorf("%w: %s is not a valid identity file: %v", ErrIdentity, f.Name(), err)
+	}
+	if dec.More() {
+		return Identity{}, false, fmt.Errorf("%w: %s has trailing data", ErrIdentity, f.Name())
+	}
+	if err := id.validate(); err != nil {
+		return Identity{}, false, fmt.Errorf("%w: %s: %v", ErrIdentity, f.Name(), err)
+	}
+	return id, true, nil
+}
+
+// WriteIdentity writes the identity file atomically (a synced temporary file
+// renamed over it, then the folder synced).
+func WriteIdentity(dir string, id Identity) error {
+	if err := id.validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrIdentity, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, _ := json.MarshalIndent(id, "", "  ") // cannot fail: plain struct
+	tmp, err := os.CreateTemp(dir, identityFile+".tmp-*")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(append(b, '\n'))
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), filepath.Join(dir, identityFile))
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+		return fmt.Errorf("region: write identity: %w", err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// hasPebbleData reports whether a folder already holds a Pebble database.
+func hasPebbleData(dir string) (bool, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, e := range ents {
+		if n := e.Name(); strings.HasPrefix(n, "MANIFEST") || n == "CURRENT" {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// dataSets is what the identity check needs of etcd (etcdepoch.Directory).
+type dataSets interface {
+	ClusterID(ctx context.Context) (string, error)
+	DataSet(ctx context.Context, region string) (etcdepoch.DataSet, bool, error)
+	RegisterDataSet(ctx context.Context, region, id, replace string, now time.Time) error
+}
+
+// IdentityDecision is what checkIdentity found.
+type IdentityDecision struct {
+	Identity  Identity
+	Created   bool // a new folder: the identity was written now
+	Bootstrap bool // a new folder replacing the region's registered data set
+}
+
+// checkIdentity validates (or creates) the identity of region folder dir:
+// it must name this cluster and region; an existing folder's data set must
+// be the one etcd records for the region; a new folder for a region that
+// etcd says has a data set is refused unless bootstrap. A folder that holds
+// a database but no identity (made before identities existed) is adopted
+// when etcd records nothing else for the region. ds nil: a standalone region
+// (no cluster id, nothing registered).
+func checkIdentity(ctx context.Context, dir, region string, ds dataSets, bootstrap bool, now time.Time) (IdentityDecision, error) {
+	var dec IdentityDecision
+	cluster := ""
+	if ds != nil {
+		var err error
+		if cluster, err = ds.ClusterID(ctx); err != nil {
+			return dec, err
+		}
+	}
+	id, ok, err := ReadIdentity(dir)
+	if err != nil {
+		return dec, err
+	}
+	var reg etcdepoch.DataSet
+	registered := false
+	if ds != nil {
+		if reg, registered, err = ds.DataSet(ctx, region); err != nil {
+			return dec, err
+		}
+	}
+	if ok {
+		switch {
+		case id.Region != region:
+			return dec, fmt.Errorf("%w: %s holds region %q, not %q", ErrIdentity, dir, id.Region, region)
+		case id.Cluster != "" && id.Cluster != cluster:
+			if cluster == "" {
+				return dec, fmt.Errorf("%w: %s belongs to cluster %s; a standalone region cannot run on it", ErrIdentity, dir, id.Cluster)
+			}
+			return dec, fmt.Errorf("%w: %s belongs to cluster %s, not this cluster %s", ErrIdentity, dir, id.Cluster, cluster)
+		case registered && reg.ID != id.DataSet:
+			return dec, fmt.Errorf("%w: %s is data set %s of region %s, but the cluster records %s for it (the region was rebuilt elsewhere since: this folder is stale)",
+				ErrIdentity, dir, id.DataSet, region, reg.ID)
+		}
+		if id.Cluster == "" && cluster != "" {
+			id.Cluster = cluster // a standalone folder joins its first cluster
+			if err := WriteIdentity(dir, id); err != nil {
+				return dec, err
+			}
+		}
+		if ds != nil && !registered {
+			if err := ds.RegisterDataSet(ctx, region, id.DataSet, "", now); err != nil {
+				return dec, err
+			}
+		}
+		dec.Identity = id
+		return dec, nil
+	}
+	legacy, err := hasPebbleData(dir)
+	if err != nil {
+		return dec, fmt.Errorf("%w: %v", ErrIdentity, err)
+	}
+	replace := ""
+	if registered {
+		if legacy {
+			return dec, fmt.Errorf("%w: %s holds a database without an identity, and the cluster records data set %s for region %s: refusing to guess which is right",
+				ErrIdentity, dir, reg.ID, region)
+		}
+		if !bootstrap {
+			return dec, fmt.Errorf("%w: %s is empty, but region %s already has state in this cluster (data set %s): start with --bootstrap-from-peers to rebuild it from its peers, or use the region's own data folder",
+				ErrIdentity, dir, region, reg.ID)
+		}
+		replace, dec.Bootstrap = reg.ID, true
+	}
+	id = Identity{Format: 1, Cluster: cluster, Region: region, DataSet: etcdepoch.NewID(), CreatedMs: now.UnixMilli()}
+	if err := WriteIdentity(dir, id); err != nil {
+		return dec, err
+	}
+	if ds != nil {
+		if err := ds.RegisterDataSet(ctx, region, id.DataSet, replace, now); err != nil {
+			return dec, err
+		}
+	}
+	dec.Identity, dec.Created = id, !legacy
+	return dec, nil
+}
+
+// checkDataFolder runs checkIdentity for a region on the Pebble store, before
+// the store opens.
+func (r *Region) checkDataFolder(ctx context.Context) error {
+	cfg := r.cfg
+	if cfg.Engines.Store != StorePebble {
+		return nil
+	}
+	var ds dataSets
+	if cfg.Cluster != nil && cfg.Cluster.Etcd != nil {
+		dir, err := etcdepoch.NewDirectory(cfg.Cluster.Etcd, cfg.Cluster.Epoch)
+		if err != nil {
+			return err
+		}
+		ds = dir
+	}
+	dec, err := checkIdentity(ctx, filepath.Join(cfg.DataDir, cfg.Name), cfg.Name, ds, cfg.Lifecycle.BootstrapFromPeers, cfg.Clock.Now())
+	if err != nil {
+		return err
+	}
+	if dec.Bootstrap {
+		r.log.Warn("bootstrapping an empty data folder: the region's earlier data set is replaced; it rebuilds from its peers",
+			"dataSet", dec.Identity.DataSet)
+	}
+	r.identity = dec
+	return nil
+}
+
+// startRetention starts the retention loop of the Pebble store (none on other
+// stores: their engines keep their own retention).
+func (o *opening) startRetention(context.Context) error {
+	cfg, r := o.cfg, o.r
+	if r.Store == nil || cfg.Lifecycle.LogRetention < 0 {
+		return nil
+	}
+	horizon := cfg.Lifecycle.LogRetention
+	if horizon == 0 {
+		horizon = pebblestore.DefaultRetention
+	}
+	var err error
+	r.retainer, err = pebblestore.NewRetainer(pebblestore.RetainerConfig{
+		Store: r.Store, Clock: cfg.Clock, Retention: horizon, Interval: cfg.Lifecycle.RetentionInterval,
+		// The aggregators read Kafka (their positions are not this log's), or
+		// replay from 0 on purpose (--unsafe-break fence): keep the log.
+		KeepLog: cfg.Engines.Log != LogStore || cfg.knobs().Unsafe.NoFence,
+		Peers:   func() []pebblestore.PeerCursor { return r.holdingPeers(horizon) },
+		Logger:  o.log,
+	})
+	if err != nil {
+		return err
+	}
+	ret := r.retainer
+	r.Registry.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "likes_retention_log_events_deleted_total",
+			Help: "Committed log events deleted by retention (below every consumer and older than --log-retention).",
+		}, func() float64 { return float64(ret.Stats().LogDeleted) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "likes_retention_idempotency_deleted_total",
+			Help: "Expired idempotency records removed from disk (own and other regions').",
+		}, func() float64 { return float64(ret.Stats().IdemDeleted) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "likes_retention_failures_total",
+			Help: "Retention rounds that failed (they retry; the log says why).",
+		}, func() float64 { return float64(ret.Stats().Failures) }),
+	)
+	return nil
+}
+
+// holdingPeers are the peers whose acknowledged cursors hold truncation back:
+// every configured peer the shipper has heard from within the horizon. A peer
+// silent for longer (or not heard from since this process started) holds
+// nothing; behind the truncation point it catches up from a snapshot.
+func (r *Region) holdingPeers(horizon time.Duration) []pebblestore.PeerCursor {
+	if r.cluster == nil {
+		return nil
+	}
+	now := r.cfg.Clock.Now()
+	var out []pebblestore.PeerCursor
+	for _, st := range r.cluster.shipperStats() {
+		if st.LastSuccess.IsZero() || now.Sub(st.LastSuccess) > horizon || len(st.Acked.Log) == 0 {
+			continue
+		}
+		out = append(out, pebblestore.PeerCursor{Region: st.Region, Cursor: st.Acked})
+	}
+	return out
+}

@@ -1,0 +1,53 @@
+package sim
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+var steadyKinds = []string{"log", "outbox", "dedupe", "idempotency"}
+
+// TestSteadyRetention runs a constant like/unlike load for many simulated
+// days with a 2-day retention: the key counts of the log, the cell outbox,
+// dedupe and idempotency records level off once the horizon (and the 24 h
+// record expiry) has passed, while every day ends with every region's counts
+// equal to the number of LIKED edges and every edge equal everywhere. Without
+// retention (the reference) the log grows with the days.
+func TestSteadyRetention(t *testing.T) {
+	days, rph := 14, 20
+	if testing.Short() || raceEnabled {
+		days, rph = 9, 8
+	}
+	const horizon = 2 * 24 * time.Hour
+	run := func(retention time.Duration) SteadyReport {
+		rep, err := RunSteady(SteadyOptions{Seed: 1, Days: days, RequestsPerHour: rph, Retention: retention})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	with, without := run(horizon), run(0)
+	settled := 4 // days: the horizon, the records' expiry and one more
+	for _, r := range []string{"r0", "r1", "r2"} {
+		for _, kind := range steadyKinds {
+			base := with.Keys[settled-1][r][kind]
+			var line string
+			for d := range with.Keys {
+				line += fmt.Sprintf(" %d", with.Keys[d][r][kind])
+				if d >= settled && float64(with.Keys[d][r][kind]) > 1.25*float64(base)+8 {
+					t.Errorf("%s %s: %d keys on day %d, %d on day %d: not level", r, kind, with.Keys[d][r][kind], d+1, base, settled)
+				}
+			}
+			t.Logf("%s %-12s per day:%s", r, kind, line)
+		}
+		last := len(with.Keys) - 1
+		if w, wo := with.Keys[last][r]["log"], without.Keys[last][r]["log"]; 2*w > wo {
+			t.Errorf("%s: log keys %d with retention, %d without: retention kept too much", r, w, wo)
+		}
+	}
+	if with.Truncated == 0 {
+		t.Fatal("nothing truncated")
+	}
+	t.Logf("%d requests, %d log events truncated", with.Requests, with.Truncated)
+}

@@ -52,6 +52,7 @@ var reservedEnv = map[string]struct {
 	"LIKES_REDIS_PASSWORD":          {true, "Redis password (--cache redis)"},
 	"LIKES_TESTONLY_DISK_FULL_FILE": {false, "TESTING ONLY: the chaos suite's disk-full knob"},
 	"LIKES_CASSANDRA_HOSTS":         {false, "likectl migrate's default --hosts"},
+	"LIKES_KAFKA_BROKERS":           {false, "likectl dlq's default --kafka"},
 	// scripts/servers.sh's own settings: a developer who exported one for it
 	// must not reconfigure likesd by accident (`likesd dev --etcd-port` has no
 	// environment override for this reason).

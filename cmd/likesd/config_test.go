@@ -243,6 +243,8 @@ func TestHelpAndExitCodes(t *testing.T) {
 		{[]string{"dev", "-h"}, "--http-port"},
 		{[]string{"etcd", "-h"}, "--client-port"},
 		{[]string{"version"}, "likes "},
+		{[]string{"version", "-h"}, "usage: likesd version"},
+		{[]string{"help", "run"}, "--advertise-http"},
 	} {
 		var out, errb bytes.Buffer
 		code := exitCode(run(context.Background(), tc.args, &out, &errb), &errb)
@@ -260,6 +262,7 @@ func TestHelpAndExitCodes(t *testing.T) {
 		{[]string{"dev", "--http-port", "x"}, []string{"http-port", "likesd dev -h"}},
 		{[]string{"etcd", "extra"}, []string{`unexpected argument "extra"`}},
 		{[]string{"version", "x"}, []string{"unexpected argument"}},
+		{[]string{"help", "bogus"}, []string{`unknown command "bogus"`}},
 		{[]string{"run", "--region", "us", "--http", "0.0.0.0:8080", "--etcd", "http://127.0.0.1:1", "--insecure-plaintext-peers"}, []string{"--advertise-http"}},
 	} {
 		var out, errb bytes.Buffer

@@ -208,6 +208,43 @@ func TestDeploySystemd(t *testing.T) {
 	if !roles["run"] || !roles["etcd"] {
 		t.Errorf("units cover %v; want a region (likesd run) and an etcd (likesd etcd)", roles)
 	}
+	verifyUnits(t, units)
+}
+
+// verifyUnits runs systemd-analyze verify, when installed, on copies of the
+// units whose binary and EnvironmentFile are replaced by ones that exist:
+// it knows every directive and its syntax.
+func verifyUnits(t *testing.T, units []string) {
+	tool, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Log("systemd-analyze is not installed: the units' directives are not verified")
+		return
+	}
+	dir := t.TempDir()
+	var copies []string
+	for _, u := range units {
+		b, err := os.ReadFile(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := strings.ReplaceAll(string(b), "/usr/local/bin/likesd", "/bin/true")
+		s = strings.ReplaceAll(s, "EnvironmentFile=/", "EnvironmentFile=-/")
+		p := filepath.Join(dir, filepath.Base(u))
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		copies = append(copies, p)
+	}
+	out, err := exec.Command(tool, append([]string{"verify"}, copies...)...).CombinedOutput()
+	for _, p := range copies {
+		if strings.Contains(string(out), filepath.Base(p)) {
+			t.Errorf("systemd-analyze verify: %s", out)
+			return
+		}
+	}
+	if err != nil {
+		t.Logf("systemd-analyze verify could not run here (%v): %s", err, out)
+	}
 }
 
 // yamlDocs decodes every YAML document of a file.
@@ -532,6 +569,20 @@ func checkBuiltRegion(t *testing.T, r string, docs []map[string]any) {
 	for _, e := range list(at(sts, "spec", "template", "spec", "containers", 0, "env")) {
 		if n := str(at(e, "valueFrom", "secretKeyRef", "name")); n != "" && !secrets[n] {
 			t.Errorf("overlay %s: env %s reads Secret %s, which the overlay does not define", r, str(at(e, "name")), n)
+		}
+	}
+	for _, v := range list(at(sts, "spec", "template", "spec", "volumes")) {
+		if n := str(at(v, "secret", "secretName")); n != "" && !secrets[n] {
+			t.Errorf("overlay %s: volume %s mounts Secret %s, which the overlay does not define", r, str(at(v, "name")), n)
+		}
+		if n := str(at(v, "configMap", "name")); n != "" {
+			found := false
+			for _, cm := range kinds["ConfigMap"] {
+				found = found || str(at(cm, "metadata", "name")) == n
+			}
+			if !found {
+				t.Errorf("overlay %s: volume %s mounts ConfigMap %s, which the overlay does not define", r, str(at(v, "name")), n)
+			}
 		}
 	}
 	if len(kinds["NetworkPolicy"]) != 1 {

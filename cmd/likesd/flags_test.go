@@ -136,7 +136,7 @@ func TestEveryFlagIsUsed(t *testing.T) {
 				}
 				return d.plan(io.Discard)
 			},
-			alt: map[string]string{"config": writeFile(t, "dev.yaml", "window: 1s\n")},
+			alt: map[string]string{"config": writeFile(t, "dev.yaml", "window: 1s\n"), "data": t.TempDir()},
 		},
 		"likesd run": {
 			bases: []flagBase{
@@ -151,7 +151,7 @@ func TestEveryFlagIsUsed(t *testing.T) {
 				}
 				return rc.plan(io.Discard)
 			},
-			alt: map[string]string{"config": writeFile(t, "run.yaml", "window: 1s\n"), "unsafe-break": "fence"},
+			alt: map[string]string{"config": writeFile(t, "run.yaml", "window: 1s\n"), "unsafe-break": "fence", "data": t.TempDir()},
 		},
 		"likesd etcd": {
 			bases: []flagBase{
@@ -165,7 +165,7 @@ func TestEveryFlagIsUsed(t *testing.T) {
 				}
 				return e.plan()
 			},
-			alt: map[string]string{"config": writeFile(t, "etcd.yaml", "client-port: 2400\n")},
+			alt: map[string]string{"config": writeFile(t, "etcd.yaml", "client-port: 2400\n"), "data": t.TempDir()},
 		},
 	}
 	for _, fs := range commandFlagSets() {

@@ -16,6 +16,12 @@
 // chosen by flags: --store cassandra (edges, log, cells in a keyspace created
 // by `likectl migrate`), --log kafka (a relay publishes the log to a topic the
 // aggregators read), --cache redis (count cache, overlay, rate limits).
+//
+// Every command takes --config FILE.yaml (keys: its flag names) and a
+// LIKES_<FLAG> variable per flag; precedence flag > env > file > default
+// (config.go). Each command parses into a plan that validates everything
+// before anything listens or dials (devCmd.plan, runCmd.plan, etcdCmd.plan),
+// then starts it. -h prints to stdout and exits 0; a usage error exits 2.
 package main
 
 import (
@@ -96,11 +102,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runEtcd(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		if len(args) > 1 {
-			return &usageError{cmd: "likesd version", err: fmt.Errorf("unexpected argument %q", args[1])}
+			if args[1] == "-h" || args[1] == "--help" {
+				fmt.Fprintln(stdout, "usage: likesd version\n\nPrints the build: module version, VCS revision, Go version (also exported as likes_build_info).")
+				return nil
+			}
+			return &usageError{cmd: "likesd", err: fmt.Errorf("version: unexpected argument %q", args[1])}
 		}
 		fmt.Fprintln(stdout, buildinfo.Get())
 		return nil
 	case "-h", "--help", "help":
+		if len(args) > 1 && args[0] == "help" { // likesd help run
+			switch args[1] {
+			case "dev", "run", "etcd", "version":
+				return run(ctx, []string{args[1], "-h"}, stdout, stderr)
+			}
+			return &usageError{cmd: "likesd", err: fmt.Errorf("help: unknown command %q (commands: dev, run, etcd, version)", args[1])}
+		}
 		fmt.Fprint(stdout, usage)
 		return nil
 	}

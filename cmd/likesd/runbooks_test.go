@@ -1,11 +1,14 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
 )
 
 const runbookDir = "../../docs/runbooks"
@@ -29,16 +32,8 @@ var alertRunbooks = map[string]string{
 	"LikesWatchdog":                  "watchdog.md",
 }
 
-// pendingMetrics are exported by the observability work that writes
-// monitoring/alerts.yaml (issue 18); they count as known until that file is
-// in the tree, after which its own names are read.
-var pendingMetrics = []string{
-	"likes_replication_lag_seconds", "likes_aggregator_lag_seconds", "likes_relay_lag_seconds", "likes_dlq_records_total",
-	"likes_lease_held", "likes_pins_catching_up_seconds", "likes_hot_item_writes_per_minute",
-}
-
-// pendingLikectl are likectl commands being added (backup and restore: issue 14).
-var pendingLikectl = []string{"backup", "restore"} // issue 14
+// pendingLikectl are likectl commands being added: backup and restore (issue 14).
+var pendingLikectl = []string{"backup", "restore"}
 
 // knownMetrics are the likes_* names in the repository's non-test Go source
 // and monitoring rules.
@@ -46,9 +41,6 @@ func knownMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	re := regexp.MustCompile(`likes_[a-z_]+`)
 	known := map[string]bool{}
-	for _, m := range pendingMetrics {
-		known[m] = true
-	}
 	err := filepath.WalkDir("../..", func(p string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -84,25 +76,7 @@ func TestRunbooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	known := knownMetrics(t)
-	// likectl's commands are declared as `name: "pins"` in its command tree
-	// (cmd/likectl/*.go).
-	srcs, err := filepath.Glob("../likectl/*.go")
-	if err != nil || len(srcs) == 0 {
-		t.Fatalf("likectl sources: %v %v", srcs, err)
-	}
-	var usage []byte
-	for _, f := range srcs {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		usage = append(usage, b...)
-	}
-	declared := regexp.MustCompile(`name:\s*"([a-z-]+)"`)
-	commands := map[string]bool{}
-	for _, m := range declared.FindAllSubmatch(usage, -1) {
-		commands[string(m[1])] = true
-	}
+	ctl := likectlCommands(t)
 	pages := map[string]bool{}
 	for alert, page := range alertRunbooks {
 		pages[page] = true
@@ -144,9 +118,76 @@ func TestRunbooks(t *testing.T) {
 		}
 		for _, c := range likectlCmd.FindAllStringSubmatch(s, -1) {
 			cmd := c[1]
-			if !commands[cmd] && !contains(pendingLikectl, cmd) {
+			if !ctl[cmd] && !contains(pendingLikectl, cmd) {
 				t.Errorf("%s runs `likectl %s`, which likectl does not have", page, cmd)
 			}
+		}
+	}
+}
+
+// likectlCommands are the command names likectl registers (name: "pins",
+// or a dispatch case "pins":), read from its source.
+func likectlCommands(t *testing.T) map[string]bool {
+	t.Helper()
+	files, err := filepath.Glob("../likectl/*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("likectl sources: %v", err)
+	}
+	re := regexp.MustCompile(`(?:name:\s*|case )"([a-z][a-z-]*)"`)
+	out := map[string]bool{}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+			out[m[1]] = true
+		}
+	}
+	return out
+}
+
+// TestRunbooksMatchAlerts: every alert of monitoring/alerts.yaml points at
+// the runbook this mapping (and the index) gives it, and every alert of the
+// mapping is defined there.
+func TestRunbooksMatchAlerts(t *testing.T) {
+	b, err := os.ReadFile("../../monitoring/alerts.yaml")
+	if errors.Is(err, os.ErrNotExist) {
+		t.Skip("no monitoring/alerts.yaml in this tree")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `yaml:"alert"`
+				Annotations map[string]string `yaml:"annotations"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(b, &rules); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			seen[r.Alert] = true
+			want, ok := alertRunbooks[r.Alert]
+			if got := r.Annotations["runbook_url"]; !ok || !strings.HasSuffix(got, "docs/runbooks/"+want) {
+				t.Errorf("alert %s: runbook_url %q, the runbook index says %q", r.Alert, got, want)
+			}
+		}
+	}
+	for a := range alertRunbooks {
+		if !seen[a] {
+			t.Errorf("alert %s has a runbook but no rule in monitoring/alerts.yaml", a)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -275,5 +276,42 @@ func TestHelpAndExitCodes(t *testing.T) {
 				t.Errorf("likesd %s: stderr %q does not mention %q", strings.Join(tc.args, " "), errb.String(), w)
 			}
 		}
+	}
+}
+
+// TestLikesVariablesHaveOneMeaning: every LIKES_* variable the repository's
+// code and scripts read is either reserved (never a flag's) or is no flag's
+// variable: a new variable read directly that a flag's name would also map to
+// (two meanings for one name) fails here, and so does a reserved name that a
+// new flag takes.
+func TestLikesVariablesHaveOneMeaning(t *testing.T) {
+	flagVars := map[string]string{}
+	for _, fs := range commandFlagSets() {
+		fs.VisitAll(func(f *flag.Flag) { flagVars[envName(f.Name)] = fs.Name() + " --" + f.Name })
+	}
+	re := regexp.MustCompile(`LIKES_[A-Z0-9_]*[A-Z0-9]`)
+	err := filepath.WalkDir("../..", func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "likes-data" || p == "../../cmd/likesd") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || strings.HasSuffix(p, "_test.go") || !(strings.HasSuffix(p, ".go") || strings.HasSuffix(p, ".sh")) {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, v := range re.FindAllString(string(b), -1) {
+			if f, ok := flagVars[v]; ok && !isReservedEnv(v) {
+				t.Errorf("%s reads $%s, which is also the variable of %s: reserve it in reservedEnv or rename one", p, v, f)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -313,5 +315,74 @@ func TestLikesVariablesHaveOneMeaning(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a command's writes and the test's
+// reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *lockedBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *lockedBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestRunFromConfigFile: `likesd run --config` with the environment on top
+// serves a region on what the two say, and stops cleanly when asked.
+func TestRunFromConfigFile(t *testing.T) {
+	clearLikesEnv(t)
+	t.Setenv("LIKES_AUTH_SECRET", testSecret)
+	t.Setenv("LIKES_REGION", "eu") // wins over the file's us
+	file := writeFile(t, "likes.yaml", "region: us\nhttp: 127.0.0.1:0\npartitions: 2\nwindow: 20ms\nadvertise-http: https://eu.likes.example\ndata: "+t.TempDir()+"\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb lockedBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"run", "--config", file}, &out, &errb) }()
+	re := regexp.MustCompile(`region "eu" serving (http://127\.0\.0\.1:\d+) standalone .*advertised https://eu\.likes\.example`)
+	var url string
+	deadline := time.Now().Add(20 * time.Second)
+	for url == "" {
+		if m := re.FindStringSubmatch(out.String()); m != nil {
+			url = m[1]
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("likesd run ended: %v\n%s\n%s", err, out.String(), errb.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("likesd run did not start: %s\n%s", out.String(), errb.String())
+		}
+		time.Sleep(10 * time.Millisecond) // polling its output
+	}
+	resp, err := http.Get(url + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"region":"eu"`) {
+		t.Fatalf("/healthz: %d %s", resp.StatusCode, b)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("likesd run stopped with %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("likesd run did not stop")
 	}
 }

@@ -57,8 +57,8 @@ bench:
 .PHONY: servers servers-down test-engines
 ENGINES ?= etcd redis kafka cassandra
 ENGINE_PKGS ?= ./store/... ./stream/... ./epoch/... ./cache/...
-# the end-to-end test of one region on Cassandra + Kafka + Redis (about 30 s)
-ENGINE_E2E ?= -run '^TestEngines' ./region
+# the end-to-end tests: one region on Cassandra + Kafka + Redis, and clusters mixing embedded and Cassandra regions
+ENGINE_E2E ?= -run '^(TestEngines|TestMixedEngines)' ./region
 
 ## servers: install what is missing and start etcd, Redis, Kafka and Cassandra on loopback
 servers:

@@ -521,8 +521,13 @@ func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	if authed {
 		privateNoStore(w)
-	} else if s.publicCache(w, r, countETag(out...), req.ItemIDs...) {
-		return nil
+	} else {
+		// The same request with a token answers `liked` too: a shared cache
+		// must key this public answer on the (absent) Authorization header.
+		w.Header().Add("Vary", "Authorization")
+		if s.publicCache(w, r, countETag(out...), req.ItemIDs...) {
+			return nil
+		}
 	}
 	writeJSONCached(w, http.StatusOK, map[string]any{"items": out})
 	return nil

@@ -19,6 +19,11 @@
 //     replication re-opens the job (ReopenLate) and is tombstoned through the
 //     same write path at the range's owner, whose write (or branch correction)
 //     cancels the late +1 exactly once.
+//   - Every event replicated from another region is applied through
+//     ApplyRemoteEvent, the pure remote-apply rule (last-writer-wins by
+//     (epoch, op), branch corrections renumbered per edge, erasure marks,
+//     purges, re-opened erasures, idempotency records): a store reads the
+//     state, calls it and writes what it says (edgetest.RunReplica checks it).
 //   - Everything that arrives from outside the region (a peer's events, a
 //     forwarded request) passes ValidateEvent / ValidateID, the same rules as
 //     the public API.

@@ -186,7 +186,7 @@ func startCluster(ctx context.Context, name string, c *Cluster, st replicaStore,
 		return nil, err
 	}
 	if st == nil && !c.Peerless(name) {
-		return nil, fmt.Errorf("region %s: only a region whose aggregators read the store's own log replicates; this Cluster names other regions", name)
+		return nil, fmt.Errorf("region %s: no store to replicate (only a region on the embedded store replicates, or one on Cassandra); this Cluster names other regions", name)
 	}
 	if c.TLS != nil && c.TLS.Region != name {
 		return nil, fmt.Errorf("region %s: its certificate names region %q", name, c.TLS.Region)

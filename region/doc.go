@@ -22,8 +22,13 @@
 // flight under the old epoch have reached the log). Each of these owns one
 // loop, closed by Close.
 //
+// Every region also runs a background reconciler (one loop, ReconcileRate
+// items per second; reconciler.go says how it tells a real drift from writes
+// in flight) and exports its metrics on Registry without sentinel values
+// (metrics_region.go).
+//
 // Lifecycle: Open starts every component; Close stops them in dependency order
-// (API callers first, then the eraser, the aggregators, the count reader, the
+// (API callers first, then the reconciler, the eraser, the aggregators, the count reader, the
 // relay and the Kafka log, replication, and the store last, then its
 // Cassandra session and Redis) and is idempotent.
 package region

@@ -57,12 +57,14 @@ const (
 //   - Cache "redis": the count cache, the session overlay and the user and IP
 //     limiters are in Redis (rediscache). A dead Redis degrades to the store.
 //
-// A multi-region Cluster needs Log "store": replication ships the store's own
-// log and cells, on Pebble or on Cassandra (both are replica.Source and
-// replica.Sink, and a cluster may mix them); with Kafka the cells' positions
-// are Kafka offsets, not yet proven under replication. A peerless Cluster
-// (Cluster.Peerless) works on every engine: the region takes its pins, epochs
-// and lease from etcd and replicates with nobody.
+// A multi-region Cluster works on every engine, and may mix them: replication
+// ships the store's own log (the outbox on Cassandra) and cells, and applies
+// peers' events through edge.ApplyRemoteEvent, on Pebble or on Cassandra
+// (both pass edgetest.RunReplica), whether the aggregators read the store's
+// log or Kafka (then a region's cell positions are Kafka offsets: a cell's
+// single writer still only moves its hwm forward, which is all a peer's merge
+// needs). A peerless Cluster (Cluster.Peerless) takes its pins, epochs and
+// lease from etcd and replicates with nobody.
 type Engines struct {
 	// Store is "pebble" (default) or "cassandra".
 	Store string
@@ -190,9 +192,6 @@ func (e *Engines) normalize(region string, cluster bool) error {
 		if k.PollInterval == 0 {
 			k.PollInterval = 100 * time.Millisecond
 		}
-		if cluster {
-			bad("a multi-region Cluster needs Log %q: replication ships the store's log and cells, and has not been proven with Kafka offsets as cell positions", LogStore)
-		}
 	default:
 		bad("unknown Log %q (want %q or %q)", e.Log, LogStore, LogKafka)
 	}
@@ -218,7 +217,8 @@ func (e *Engines) normalize(region string, cluster bool) error {
 }
 
 // Validate checks an Engines choice for a region named region (cluster: the
-// region is one of several), filling the defaults in.
+// region is one of several; every engine may be, so it changes nothing now),
+// filling the defaults in.
 func (e *Engines) Validate(region string, cluster bool) error { return e.normalize(region, cluster) }
 
 // String describes the choice, e.g. "store=cassandra(likes_us) log=kafka(likes.us.log) cache=redis".

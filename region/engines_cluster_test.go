@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/likes-dev/likes/region"
 	"github.com/likes-dev/likes/store/cassandra"
 )
@@ -64,10 +67,46 @@ func TestMixedEnginesCluster(t *testing.T) {
 		t.Skip("starts an embedded etcd, two embedded regions and one on Cassandra")
 	}
 	hosts, ks := mixedKeyspace(t)
+	mixedCluster(t, region.Engines{Store: region.StoreCassandra,
+		Cassandra: region.CassandraEngine{Hosts: hosts, Keyspace: ks, Timeout: 20 * time.Second}})
+}
+
+// TestMixedEnginesClusterKafka is TestMixedEnginesCluster with eu's
+// aggregators reading its log from Kafka (the relay publishes the Cassandra
+// outbox, corrections included): eu's cell positions are Kafka offsets.
+func TestMixedEnginesClusterKafka(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded etcd, two embedded regions and one on Cassandra and Kafka")
+	}
+	brokers := cassandra.ParseHosts(os.Getenv("LIKES_TEST_KAFKA_BROKERS"))
+	if len(brokers) == 0 {
+		t.Skip("LIKES_TEST_KAFKA_BROKERS is not set (bash scripts/servers.sh up kafka && eval \"$(bash scripts/servers.sh env)\")")
+	}
+	hosts, ks := mixedKeyspace(t)
+	topic := "likes-mixed." + ks
+	t.Cleanup(func() {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+		if err != nil {
+			return
+		}
+		defer cl.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if _, err := kadm.NewClient(cl).DeleteTopics(ctx, topic, topic+".dlq"); err != nil {
+			t.Logf("delete topics: %v", err)
+		}
+	})
+	mixedCluster(t, region.Engines{Store: region.StoreCassandra,
+		Cassandra: region.CassandraEngine{Hosts: hosts, Keyspace: ks, Timeout: 20 * time.Second},
+		Log:       region.LogKafka,
+		Kafka:     region.KafkaEngine{Brokers: brokers, Topic: topic, PollInterval: 10 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond}})
+}
+
+// mixedCluster runs the three-region suite with eu on engines.
+func mixedCluster(t *testing.T, engines region.Engines) {
 	c := startTriWith(t, triOpts{region: func(name string, cfg *region.Config) {
 		if name == "eu" {
-			cfg.Engines = region.Engines{Store: region.StoreCassandra,
-				Cassandra: region.CassandraEngine{Hosts: hosts, Keyspace: ks, Timeout: 20 * time.Second}}
+			cfg.Engines = engines
 		}
 	}})
 	eu := c.byName["eu"].r

@@ -33,7 +33,6 @@ func TestEnginesValidation(t *testing.T) {
 		{"kafka settings on store log", region.Engines{Kafka: region.KafkaEngine{Brokers: []string{"127.0.0.1:9092"}}}, false, `Log is "store"`},
 		{"redis without addr", region.Engines{Cache: region.CacheRedis}, false, "needs Redis.Addr"},
 		{"redis addr on inproc", region.Engines{Redis: rediscache.Config{Addr: "127.0.0.1:6379"}}, false, `Cache is "inproc"`},
-		{"cluster on kafka", region.Engines{Log: region.LogKafka, Kafka: region.KafkaEngine{Brokers: []string{"127.0.0.1:9092"}}}, true, "multi-region Cluster needs Log"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := config(t.TempDir())

@@ -117,15 +117,14 @@ func (o *opening) joinCluster(ctx context.Context) error {
 	if cfg.Cluster == nil {
 		return nil
 	}
-	// Replication ships the store's own log and cells (Pebble or Cassandra);
-	// a region whose aggregators read Kafka takes only its write authority
-	// from etcd (Engines.validate refuses it other regions).
+	// Replication ships the store's own log and cells (Pebble or Cassandra,
+	// whichever log the aggregators read). A peerless region on Cassandra
+	// takes only its write authority from etcd, as before.
 	var replica replicaStore
 	switch {
-	case cfg.Engines.Log != LogStore:
 	case r.Store != nil:
 		replica = r.Store
-	case r.Cassandra != nil:
+	case r.Cassandra != nil && !cfg.Cluster.Peerless(cfg.Name):
 		replica = r.Cassandra
 	}
 	var err error

@@ -2,7 +2,9 @@ package region
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"hash/fnv"
 	"log/slog"
 	"sync"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/crdt"
 )
 
 // DefaultReconcileRate is the background reconciler's default sampling rate
@@ -33,11 +36,14 @@ const maxReconcileAttempts = 3
 const reconcileStepTimeout = 10 * time.Second
 
 // reconSource is what the reconciler reads: the region's item listing, its
-// recount (LIKED edges vs summed cells, the same path as likectl reconcile),
-// and its asOf (min over regions of the watermarks known here, Unix ms).
+// recount (LIKED edges vs summed cells, the same path as likectl reconcile)
+// with a fingerprint of the item's cells (every region's and shard's
+// counters and fence position: it changes whenever a window folds an event
+// of the item, anywhere), and its asOf (min over regions of the watermarks
+// known here, Unix ms).
 type reconSource interface {
 	Items(ctx context.Context, after string, limit int) ([]string, error)
-	Recount(ctx context.Context, item string) (Recount, error)
+	Recount(ctx context.Context, item string) (Recount, uint64, error)
 	AsOf(ctx context.Context) (int64, error)
 }
 
@@ -92,8 +98,9 @@ func (m *reconMetrics) collectors() []prometheus.Collector {
 // suspect is an item whose last recount was nonzero, waiting for a re-check.
 type suspect struct {
 	item      string
-	mismatch  int64
-	checkedAt int64 // Unix ms of the last recount
+	rc        Recount
+	fp        uint64 // the cells' fingerprint at the last recount
+	checkedAt int64  // Unix ms of the last recount
 	attempts  int
 }
 
@@ -118,13 +125,22 @@ const maxReconcileReported = 100_000
 // re-checked once this region's asOf (the min over regions of the
 // watermarks known here) has passed t + reconcileSlack: by then every event
 // any region committed before t has been folded into cells and those cells
-// have reached this region, so a difference that was only in flight at t is
-// gone. A suspect is confirmed when the re-check shows the same nonzero
-// mismatch (a real drift is constant; the in-flight writes of a busy item
-// move it); zero clears it; another nonzero value makes it a suspect again,
-// up to maxReconcileAttempts re-checks, after which it is given up as
-// unsettled (sampled again next pass). A region whose asOf stops (a
-// partitioned peer) holds its suspects unconfirmed rather than guess.
+// have reached this region. A suspect is confirmed only when the re-check
+// finds the item unchanged: the same LIKED edges, the same cells (their
+// fingerprint: no window anywhere folded an event of the item since t) and
+// so the same nonzero mismatch. Then nothing was in flight at t either (an
+// event in flight at t would have been folded by now and changed the
+// cells), so the difference is a real drift. Zero clears the suspect; any
+// change makes it a suspect again (the item is being written), up to
+// maxReconcileAttempts re-checks, after which it is given up as unsettled
+// and sampled again next pass: a drift on an item written without pause is
+// found once its writes pause. Comparing only the mismatch would not do: a
+// steadily written item has about the same number of writes in flight at
+// any instant. A region whose asOf stops (a partitioned peer) holds its
+// suspects unconfirmed rather than guess. What this cannot tell from a
+// drift is an edge replicated here more than reconcileSlack after the cells
+// that count it (a replication backlog of edges behind cells); the gauge
+// drops again when a later pass finds the item clean.
 //
 // The gauge is the number of items confirmed mismatched and not seen clean
 // since: an item leaves it when a later sample or re-check counts it equal
@@ -231,7 +247,7 @@ func (rc *reconciler) step(ctx context.Context) error {
 func (rc *reconciler) recheck(ctx context.Context, i int) error {
 	s := rc.pending[i]
 	now := rc.clk.Now().UnixMilli()
-	res, err := rc.src.Recount(ctx, s.item)
+	res, fp, err := rc.src.Recount(ctx, s.item)
 	if err != nil {
 		return err
 	}
@@ -240,7 +256,7 @@ func (rc *reconciler) recheck(ctx context.Context, i int) error {
 	case res.Mismatch == 0:
 		rc.m.transient.Inc()
 		delete(rc.reported, s.item)
-	case res.Mismatch == s.mismatch:
+	case res.Liked == s.rc.Liked && res.Cells == s.rc.Cells && fp == s.fp:
 		if m, ok := rc.reported[s.item]; !ok || m != res.Mismatch {
 			rc.m.mismatches.Inc()
 			rc.log.Warn("reconciliation mismatch: the item's summed cells differ from its LIKED edges (heal with likectl reconcile --heal)",
@@ -250,7 +266,7 @@ func (rc *reconciler) recheck(ctx context.Context, i int) error {
 			rc.reported[s.item] = res.Mismatch
 		}
 	case s.attempts+1 < maxReconcileAttempts:
-		rc.pending[i].mismatch, rc.pending[i].checkedAt, rc.pending[i].attempts = res.Mismatch, now, s.attempts+1
+		rc.pending[i].rc, rc.pending[i].fp, rc.pending[i].checkedAt, rc.pending[i].attempts = res, fp, now, s.attempts+1
 		return nil
 	default:
 		rc.m.unsettled.Inc()
@@ -282,7 +298,7 @@ func (rc *reconciler) sample(ctx context.Context) error {
 	}
 	item := rc.page[0]
 	now := rc.clk.Now().UnixMilli()
-	res, err := rc.src.Recount(ctx, item)
+	res, fp, err := rc.src.Recount(ctx, item)
 	if err != nil {
 		return err // the item stays first in the page: retried next tick
 	}
@@ -295,7 +311,7 @@ func (rc *reconciler) sample(ctx context.Context) error {
 			rc.m.mismatch.Set(float64(len(rc.reported)))
 		}
 	case len(rc.pending) < maxReconcilePending && !rc.suspected(item):
-		rc.pending = append(rc.pending, suspect{item: item, mismatch: res.Mismatch, checkedAt: now})
+		rc.pending = append(rc.pending, suspect{item: item, rc: res, fp: fp, checkedAt: now})
 	}
 	return nil
 }
@@ -317,11 +333,38 @@ func (s regionRecon) Items(ctx context.Context, after string, limit int) ([]stri
 	return s.r.Backend.Items(ctx, after, limit)
 }
 
-func (s regionRecon) Recount(ctx context.Context, item string) (Recount, error) {
+func (s regionRecon) Recount(ctx context.Context, item string) (Recount, uint64, error) {
 	if s.r.recount == nil {
-		return Recount{}, errors.New("region: no recount on this store")
+		return Recount{}, 0, errors.New("region: no recount on this store")
 	}
-	return s.r.recount(ctx, item)
+	rc, err := s.r.recount(ctx, item)
+	if err != nil {
+		return rc, 0, err
+	}
+	keys := make([]crdt.CellKey, 0, len(s.r.regions)*s.r.Backend.Partitions())
+	for _, reg := range s.r.regions {
+		for p := range s.r.Backend.Partitions() {
+			keys = append(keys, crdt.CellKey{Item: item, Region: reg, Shard: uint32(p)})
+		}
+	}
+	cells, err := s.r.Backend.Cells(ctx, keys)
+	if err != nil {
+		return rc, 0, err
+	}
+	h := fnv.New64a()
+	var b [8]byte
+	for _, k := range keys { // in a fixed order
+		c, ok := cells[k]
+		if !ok {
+			continue
+		}
+		for _, v := range []uint64{uint64(k.Shard), c.P, c.N, c.HWM} {
+			binary.LittleEndian.PutUint64(b[:], v)
+			h.Write(b[:])
+		}
+		h.Write([]byte(k.Region))
+	}
+	return rc, h.Sum64(), nil
 }
 
 func (s regionRecon) AsOf(ctx context.Context) (int64, error) {

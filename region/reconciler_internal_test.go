@@ -22,6 +22,7 @@ type fakeRecon struct {
 	items  []string
 	script map[string][]int64
 	calls  map[string]int
+	moving map[string]bool
 	asOf   int64
 }
 
@@ -36,7 +37,7 @@ func (f *fakeRecon) Items(_ context.Context, after string, limit int) ([]string,
 	return append([]string(nil), f.items[i:end]...), nil
 }
 
-func (f *fakeRecon) Recount(_ context.Context, item string) (Recount, error) {
+func (f *fakeRecon) Recount(_ context.Context, item string) (Recount, uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := f.script[item]
@@ -46,7 +47,11 @@ func (f *fakeRecon) Recount(_ context.Context, item string) (Recount, error) {
 	if len(s) > 0 {
 		m = s[min(n, len(s)-1)]
 	}
-	return Recount{Item: item, Mismatch: m}, nil
+	fp := uint64(m)
+	if f.moving[item] { // written all the time: the same mismatch, new cells
+		fp = uint64(n)
+	}
+	return Recount{Item: item, Liked: 10 + m, Cells: 10, Mismatch: m}, fp, nil
 }
 
 func (f *fakeRecon) AsOf(context.Context) (int64, error) {
@@ -62,10 +67,12 @@ func (f *fakeRecon) setAsOf(ms int64) {
 }
 
 // TestReconcilerConfirmsOnlyStableMismatches drives the reconciler's steps by
-// hand: a real drift (the same mismatch on both checks) is confirmed and
+// hand: a real drift (the item unchanged on both checks) is confirmed and
 // counted; a difference that is gone once the watermark passed the first
-// check (writes in flight) is not; an item that keeps changing is given up;
-// a suspect is never re-checked before the watermark passes its check.
+// check (writes in flight) is not; an item that keeps changing is given up,
+// even one whose mismatch stays the same while its cells move (a steady
+// stream of writes in flight); a suspect is never re-checked before the
+// watermark passes its check.
 func TestReconcilerConfirmsOnlyStableMismatches(t *testing.T) {
 	clk := clock.NewFake(time.UnixMilli(1_000_000))
 	busy := make([]int64, 100) // a different value at every recount
@@ -73,14 +80,16 @@ func TestReconcilerConfirmsOnlyStableMismatches(t *testing.T) {
 		busy[i] = int64(i + 1)
 	}
 	src := &fakeRecon{
-		items: []string{"busy", "clean", "drift", "inflight"},
+		items: []string{"busy", "clean", "drift", "inflight", "steady"},
 		script: map[string][]int64{
 			"drift":    {-5},
 			"inflight": {2, 0},
 			"busy":     busy,
+			"steady":   {1},
 		},
-		calls: map[string]int{},
-		asOf:  0, // the watermark has not passed anything yet
+		moving: map[string]bool{"steady": true},
+		calls:  map[string]int{},
+		asOf:   0, // the watermark has not passed anything yet
 	}
 	m := newReconMetrics()
 	rc := newReconciler(src, clk, 100, m, slog.New(slog.DiscardHandler))
@@ -92,11 +101,11 @@ func TestReconcilerConfirmsOnlyStableMismatches(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for range 4 { // the first pass samples the four items
+	for range 5 { // the first pass samples the five items
 		step()
 	}
-	if got := len(rc.pending); got != 3 {
-		t.Fatalf("suspects after the first pass: %d, want 3 (busy, drift, inflight)", got)
+	if got := len(rc.pending); got != 4 {
+		t.Fatalf("suspects after the first pass: %d, want 4 (busy, drift, inflight, steady)", got)
 	}
 	// The watermark has not passed the checks: the next steps sample the
 	// second pass instead of re-checking.
@@ -115,7 +124,7 @@ func TestReconcilerConfirmsOnlyStableMismatches(t *testing.T) {
 		src.setAsOf(clk.Now().UnixMilli())
 	}
 	if v := value(m.mismatches); v != 1 {
-		t.Errorf("likes_reconcile_mismatches_total = %v, want 1 (drift only)", v)
+		t.Errorf("likes_reconcile_mismatches_total = %v, want 1 (drift only; not steady, whose cells move)", v)
 	}
 	if v := value(m.mismatch); v != 1 {
 		t.Errorf("likes_reconcile_mismatch_items = %v, want 1", v)
@@ -124,7 +133,7 @@ func TestReconcilerConfirmsOnlyStableMismatches(t *testing.T) {
 		t.Errorf("likes_reconcile_transient_total = %v, want ≥ 1 (inflight)", v)
 	}
 	if v := value(m.unsettled); v < 1 {
-		t.Errorf("likes_reconcile_unsettled_total = %v, want ≥ 1 (busy)", v)
+		t.Errorf("likes_reconcile_unsettled_total = %v, want ≥ 1 (busy, steady)", v)
 	}
 	// The drift is healed: the next full passes find nothing and the gauge
 	// goes back to 0, while the counter keeps what was found.

@@ -20,7 +20,8 @@ import (
 // user's range is forwarded to the owner over gRPC; the HTTP span at the
 // ingress, the client span of the forward and the owner's server span form
 // one trace (the client's traceparent continued), the owner's span a child of
-// the ingress's across the hop, and the request id travels with it.
+// the ingress's across the hop, and the request id travels with it; the
+// erasure relay and the replication pushes are traced across regions too.
 func TestForwardedWriteIsOneTrace(t *testing.T) {
 	sr := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
@@ -101,4 +102,33 @@ func TestForwardedWriteIsOneTrace(t *testing.T) {
 	if server.Parent().SpanID() != client.SpanContext().SpanID() || !server.Parent().IsRemote() {
 		t.Errorf("owner's span's parent %v (remote %v), want the forward client span %v", server.Parent().SpanID(), server.Parent().IsRemote(), client.SpanContext().SpanID())
 	}
+
+	// The erasure relay (the user's home is eu) continues the trace the same
+	// way, and the replication pushes between regions are traced too (each
+	// push its own trace: they are made by the shipper's loop).
+	const eraseTrace = "5bf92f3577b34da6a3ce929d0e0e4737"
+	c.poll(t, 20*time.Second, "an erasure relayed to the owner", func() (bool, string) {
+		req, _ := http.NewRequest("DELETE", us.srv.URL+"/v1/users/"+user, nil)
+		req.Header.Set("Authorization", "Bearer "+c.token(user, false))
+		req.Header.Set("Traceparent", "00-"+eraseTrace+"-10f067aa0ba902b7-01")
+		res, err := c.hc.Do(req)
+		if err != nil {
+			return false, err.Error()
+		}
+		_ = res.Body.Close()
+		return res.StatusCode == http.StatusOK || res.StatusCode == http.StatusAccepted, res.Status
+	})
+	c.poll(t, 10*time.Second, "the relay's span at the owner and a replication push at a peer", func() (bool, string) {
+		relayed, pushed := false, false
+		for _, s := range sr.Ended() {
+			if s.SpanContext().TraceID().String() == eraseTrace && s.SpanKind() == trace.SpanKindServer &&
+				strings.HasSuffix(s.Name(), "Forward/Erasure") && attr(s, tracing.RegionKey) == "eu" && s.Parent().IsRemote() {
+				relayed = true
+			}
+			if s.SpanKind() == trace.SpanKindServer && strings.HasSuffix(s.Name(), "Replication/Push") && s.Parent().IsRemote() {
+				pushed = true
+			}
+		}
+		return relayed && pushed, fmt.Sprintf("relayed %v, pushed %v", relayed, pushed)
+	})
 }

@@ -6,5 +6,8 @@
 // the replication layer (gRPC, memberlist); package replication consumes it
 // under the same names.
 //
-// It holds types and interfaces only: no I/O, no state.
+// It holds types and interfaces only: no I/O, no state. What a Sink does with
+// each event is edge.ApplyRemoteEvent (pure, shared by every store); the
+// contract every Source and Sink passes is edgetest.RunReplica and
+// RunReplicaCells (Pebble and Cassandra run it).
 package replica

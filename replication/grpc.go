@@ -73,6 +73,7 @@ var serviceDesc = grpc.ServiceDesc{
 		{MethodName: "Push", Handler: pushHandler},
 		{MethodName: "Digest", Handler: digestHandler},
 		{MethodName: "Heads", Handler: headsHandler},
+		{MethodName: "Snapshot", Handler: snapshotHandler}, // snapshot.go
 	},
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "github.com/likes-dev/likes/replication/v1",

@@ -147,13 +147,18 @@ func (m *GRPCMetrics) Collect(ch chan<- prometheus.Metric) {
 
 // ServerOption installs the server-side interceptor.
 func (m *GRPCMetrics) ServerOption() grpc.ServerOption {
-	return grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	return grpc.ChainUnaryInterceptor(m.ServerInterceptor())
+}
+
+// ServerInterceptor is the server-side interceptor.
+func (m *GRPCMetrics) ServerInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		start := m.clk.Now()
 		resp, err := h(ctx, req)
 		m.srvSeconds.WithLabelValues(info.FullMethod).Observe(m.clk.Now().Sub(start).Seconds())
 		m.srvHandled.WithLabelValues(info.FullMethod, status.Code(err).String()).Inc()
 		return resp, err
-	})
+	}
 }
 
 // ClientInterceptor is the client-side interceptor (TransportConfig.Interceptors).

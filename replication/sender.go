@@ -29,6 +29,7 @@ type Sender struct {
 	start                int      // partition to read first (rotates, for fairness)
 	lastWm               int64    // watermark the peer acknowledged
 	cellsDone            bool     // the last batch carried every cell change
+	behind               bool     // the peer's cursor is below the source's truncation point (snapshot.go)
 	pushes, events, cell uint64
 }
 
@@ -91,7 +92,7 @@ func (s *Sender) build(ctx context.Context, src Source, parts int) (Batch, bool,
 		after := s.cur.Log[p]
 		evs, head, err := src.Read(ctx, uint32(p), after, budget)
 		if err != nil {
-			return b, false, err
+			return b, false, s.readErr(err)
 		}
 		s.heads[p] = head.Pos
 		if len(evs) == 0 {
@@ -111,7 +112,7 @@ func (s *Sender) build(ctx context.Context, src Source, parts int) (Batch, bool,
 	s.start = (s.start + 1) % parts
 	cells, through, err := src.CellChanges(ctx, s.cur.Cells, s.curCells)
 	if err != nil {
-		return b, false, err
+		return b, false, s.readErr(err)
 	}
 	b.Cells = cells
 	b.CellsThrough = max(through, s.cur.Cells)

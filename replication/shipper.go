@@ -154,6 +154,7 @@ type PeerStats struct {
 	BytesShipped  uint64 // encoded bytes sent, when the transport counts them
 	DigestRounds  uint64
 	CellsRepaired uint64 // cell states pushed by anti-entropy
+	Snapshots     uint64 // snapshot catch-ups of a peer behind the retention horizon
 	LastDigest    time.Time
 
 	Failures    uint64 // failed calls (push, digest or local read)
@@ -418,6 +419,9 @@ func (l *peerLoop) run() {
 // more than one batch could carry and the peer made progress.
 func (l *peerLoop) step() (more bool, err error) {
 	b, send, more, err := l.snd.Next(l.ctx, l.s.cfg.Source)
+	if err != nil && l.snd.Behind() {
+		return true, l.catchUpSnapshot() // snapshot.go
+	}
 	if err != nil {
 		return false, &localError{fmt.Errorf("read local source: %w", err)}
 	}

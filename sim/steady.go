@@ -340,6 +340,16 @@ func (s *steady) ship(a *steadyRegion, j int) (bool, error) {
 	any := false
 	for i := 0; i < 1e6; i++ {
 		bt, send, _, err := snd.Next(s.ctx, a.st)
+		if err != nil && snd.Behind() {
+			// b was away longer than a's horizon: a snapshot, then the log.
+			if _, err := snd.Snapshot(s.ctx, a.st, b.srv.Snapshot); err != nil {
+				return any, fmt.Errorf("snapshot %s→%s: %w", a.name, b.name, err)
+			}
+			s.rep.Snapshots++
+			a.acked[j] = s.clk.Now()
+			any = true
+			continue
+		}
 		if err != nil {
 			return any, fmt.Errorf("ship %s→%s: %w", a.name, b.name, err)
 		}

@@ -51,3 +51,26 @@ func TestSteadyRetention(t *testing.T) {
 	}
 	t.Logf("%d requests, %d log events truncated", with.Requests, with.Truncated)
 }
+
+// TestSteadyPeerBehindHorizon: a region down for longer than its peers'
+// retention horizon comes back to logs truncated past its cursors; its peers
+// detect it (Sender.Behind), send it a snapshot of their state and then the
+// log, and every region converges exactly (counts == LIKED edges, every edge
+// equal everywhere), never by skipping events.
+func TestSteadyPeerBehindHorizon(t *testing.T) {
+	rph := 12
+	if raceEnabled {
+		rph = 6
+	}
+	rep, err := RunSteady(SteadyOptions{
+		Seed: 2, Days: 8, RequestsPerHour: rph, Retention: 24 * time.Hour,
+		Down: &SteadyDown{Region: 1, From: 2, Days: 3},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Snapshots < 2 {
+		t.Fatalf("%d snapshots, want one from each peer of the region that came back", rep.Snapshots)
+	}
+	t.Logf("%d requests, %d truncated, %d snapshots", rep.Requests, rep.Truncated, rep.Snapshots)
+}

@@ -87,7 +87,7 @@ func (f SourceFunc) ConsoleState(ctx context.Context) State { return f(ctx) }
 // Event is a change of the pin table the console saw.
 type Event struct {
 	Time  time.Time `json:"time"`
-	Kind  string    `json:"kind"` // "move", "failover" or "caught-up"
+	Kind  string    `json:"kind"` // "move", "failover", "failback" (home again) or "caught-up"
 	Range uint32    `json:"range"`
 	From  string    `json:"from,omitempty"`
 	To    string    `json:"to"`
@@ -199,8 +199,11 @@ func (c *Console) Poll(ctx context.Context) {
 			case !ok:
 			case p.Epoch > old.Epoch && p.Region != old.Region:
 				kind := "move"
-				if st.Live != nil && !st.Live[old.Region] {
+				switch {
+				case st.Live != nil && !st.Live[old.Region]:
 					kind = "failover"
+				case p.Home != "" && p.Region == p.Home:
+					kind = "failback"
 				}
 				c.record(Event{Time: now, Kind: kind, Range: p.Range, From: old.Region, To: p.Region, Epoch: p.Epoch, Planned: p.CatchingUp})
 			case p.Epoch == old.Epoch && old.CatchingUp && !p.CatchingUp:

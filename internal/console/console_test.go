@@ -74,9 +74,12 @@ func TestEvents(t *testing.T) {
 	if !ev[2].Planned {
 		t.Error("the catching-up move is not planned")
 	}
-	src.set(func(s *State) { s.Pins[0] = PinView{Range: 0, Region: "us", Epoch: 3, Home: "us"} })
+	src.set(func(s *State) {
+		s.Live = map[string]bool{"us": true, "eu": true}
+		s.Pins[0] = PinView{Range: 0, Region: "us", Epoch: 3, Home: "us"}
+	})
 	c.Poll(ctx)
-	if ev := c.Snapshot().Events; len(ev) != 3 || ev[0].Epoch != 3 || ev[2].Kind != "caught-up" {
+	if ev := c.Snapshot().Events; len(ev) != 3 || ev[0].Epoch != 3 || ev[0].Kind != "failback" || ev[2].Kind != "caught-up" {
 		t.Fatalf("ring after a fourth event: %+v", ev)
 	}
 

@@ -17,5 +17,6 @@
 //
 // Invariants: the ring never holds more than MaxEvents events; the first
 // pin table read is a baseline (no events); a move is a "failover" when the
-// region it left was not live at the time it was seen, else a "move".
+// region it left was not live at the time it was seen, a "failback" when it
+// brings the range home, else a "move".
 package console

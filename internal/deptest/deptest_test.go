@@ -40,6 +40,14 @@ var rules = []rule{
 		Reason: "stores and streams implement contracts; the region-to-region plane and etcd's server are above them",
 	},
 	{
+		From: []string{"github.com/likes-dev/likes/client"}, Deny: []string{"github.com/likes-dev/likes/..."}, Allow: []string{"github.com/likes-dev/likes/clock"},
+		Reason: "client is imported by other teams' programs: the standard library and our clock only, never the server",
+	},
+	{
+		From: []string{"github.com/likes-dev/likes/internal/clustermeta"}, Deny: []string{"go.etcd.io/...", "github.com/likes-dev/likes/..."},
+		Reason: "cluster metadata is a pure codec and its checks; etcdepoch reads and writes it",
+	},
+	{
 		From: []string{"github.com/likes-dev/likes/sim/..."}, Deny: []string{"go.etcd.io/...", "github.com/likes-dev/likes/epoch/etcdepoch/...", "github.com/likes-dev/likes/epoch/etcdembed/..."},
 		Reason: "the simulation simulates etcd; it runs the pure pin rule, never an etcd server or client",
 	},

@@ -83,7 +83,7 @@ func HTTP(cfg HTTPConfig, next http.Handler) http.Handler {
 		}
 		attrs := []slog.Attr{
 			slog.String("method", r.Method), slog.String("route", route), slog.String("path", r.URL.Path),
-			slog.Int("status", rec.code), slog.Duration("duration", cfg.Clock.Now().Sub(start)),
+			slog.Int("status", rec.code), slog.Float64("duration_ms", float64(cfg.Clock.Now().Sub(start).Microseconds())/1000),
 			slog.String("request_id", id), slog.String("trace_id", span.SpanContext().TraceID().String()),
 		}
 		if replaced {

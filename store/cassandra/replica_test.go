@@ -12,7 +12,9 @@ import (
 
 // openRegion opens a store of region on a fresh keyspace (one keyspace per
 // region, as a cluster of regions on one Cassandra has them).
-func openRegion(t *testing.T, region string) *cassandra.Store {
+func openRegion(t *testing.T, region string) *cassandra.Store { return openRegionB(t, region) }
+
+func openRegionB(t testing.TB, region string) *cassandra.Store {
 	t.Helper()
 	ks := cassandra.FreshKeyspace(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

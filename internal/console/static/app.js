@@ -42,6 +42,7 @@ function drawRegions(regions) {
     else if (r.detailed && !r.leaseOk) lease.appendChild(el("span", "unproven " + ms(r.leaseAgeMs), "bad"));
     else lease.appendChild(el("span", r.detailed ? "ok " + ms(r.leaseAgeMs) : "ok", "ok"));
     if (r.draining) lease.appendChild(el("span", " draining", "warn"));
+    if (r.leaseError) lease.title = r.leaseError;
     const asOf = el("td", r.detailed ? clock(r.asOf) + " (" + ms(r.stalenessMs) + ")" : "–");
     if (r.detailed && r.stalenessMs > 5000) asOf.className = "bad";
     const wms = el("td");

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -275,5 +278,111 @@ func TestHelpAndExitCodes(t *testing.T) {
 				t.Errorf("likesd %s: stderr %q does not mention %q", strings.Join(tc.args, " "), errb.String(), w)
 			}
 		}
+	}
+}
+
+// TestLikesVariablesHaveOneMeaning: every LIKES_* variable the repository's
+// code and scripts read is either reserved (never a flag's) or is no flag's
+// variable: a new variable read directly that a flag's name would also map to
+// (two meanings for one name) fails here, and so does a reserved name that a
+// new flag takes.
+func TestLikesVariablesHaveOneMeaning(t *testing.T) {
+	flagVars := map[string]string{}
+	for _, fs := range commandFlagSets() {
+		fs.VisitAll(func(f *flag.Flag) { flagVars[envName(f.Name)] = fs.Name() + " --" + f.Name })
+	}
+	re := regexp.MustCompile(`LIKES_[A-Z0-9_]*[A-Z0-9]`)
+	err := filepath.WalkDir("../..", func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "likes-data" || p == "../../cmd/likesd") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || strings.HasSuffix(p, "_test.go") || !(strings.HasSuffix(p, ".go") || strings.HasSuffix(p, ".sh")) {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, v := range re.FindAllString(string(b), -1) {
+			if f, ok := flagVars[v]; ok && !isReservedEnv(v) {
+				t.Errorf("%s reads $%s, which is also the variable of %s: reserve it in reservedEnv or rename one", p, v, f)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a command's writes and the test's
+// reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *lockedBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *lockedBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestRunFromConfigFile: `likesd run --config` with the environment on top
+// serves a region on what the two say, and stops cleanly when asked.
+func TestRunFromConfigFile(t *testing.T) {
+	clearLikesEnv(t)
+	t.Setenv("LIKES_AUTH_SECRET", testSecret)
+	t.Setenv("LIKES_REGION", "eu") // wins over the file's us
+	file := writeFile(t, "likes.yaml", "region: us\nhttp: 127.0.0.1:0\npartitions: 2\nwindow: 20ms\nadvertise-http: https://eu.likes.example\ndata: "+t.TempDir()+"\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb lockedBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"run", "--config", file}, &out, &errb) }()
+	re := regexp.MustCompile(`region "eu" serving (http://127\.0\.0\.1:\d+) standalone .*advertised https://eu\.likes\.example`)
+	var url string
+	deadline := time.Now().Add(20 * time.Second)
+	for url == "" {
+		if m := re.FindStringSubmatch(out.String()); m != nil {
+			url = m[1]
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("likesd run ended: %v\n%s\n%s", err, out.String(), errb.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("likesd run did not start: %s\n%s", out.String(), errb.String())
+		}
+		time.Sleep(10 * time.Millisecond) // polling its output
+	}
+	resp, err := http.Get(url + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"region":"eu"`) {
+		t.Fatalf("/healthz: %d %s", resp.StatusCode, b)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("likesd run stopped with %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("likesd run did not stop")
 	}
 }

@@ -550,6 +550,32 @@ func checkBuiltRegion(t *testing.T, r string, docs []map[string]any) {
 	if env["LIKES_REGION"] != r {
 		t.Errorf("overlay %s: LIKES_REGION=%q", r, env["LIKES_REGION"])
 	}
+	// The built container as it would start: its args, its literal LIKES_*
+	// variables and the generated ConfigMap's likes.yaml.
+	var cfgText string
+	for _, cm := range kinds["ConfigMap"] {
+		if v := str(at(cm, "data", "likes.yaml")); v != "" {
+			cfgText = v
+		}
+	}
+	if cfgText == "" {
+		t.Fatalf("overlay %s: no ConfigMap carries likes.yaml", r)
+	}
+	cfgFile := writeFile(t, "likes.yaml", cfgText)
+	var args []string
+	for _, a := range list(at(sts, "spec", "template", "spec", "containers", 0, "args")) {
+		args = append(args, str(a))
+	}
+	literal := map[string]string{}
+	for k, v := range env {
+		if strings.HasPrefix(k, envPrefix) && v != "" {
+			literal[k] = strings.ReplaceAll(v, "$(POD_IP)", "10.0.0.1")
+		}
+	}
+	fs := checkedCommand(t, "overlay "+r, args, func(string) string { return cfgFile }, literal)
+	if got := fs.Lookup("region").Value.String(); got != r {
+		t.Errorf("overlay %s: the region starts as %q", r, got)
+	}
 	selects := func(sel any) bool {
 		m, _ := at(sel, "matchLabels").(map[string]any)
 		for k, v := range m {

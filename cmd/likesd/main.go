@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -131,6 +132,7 @@ type common struct {
 	window     time.Duration
 	inflight   int
 	userRate   float64
+	reconRate  float64
 	ipRate     float64
 	ttl        time.Duration
 	skew       time.Duration
@@ -263,6 +265,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.window, "window", 250*time.Millisecond, "aggregator window")
 	fs.IntVar(&c.inflight, "max-inflight-writes", 1024, "writes admitted at once; more get 503 + Retry-After")
 	fs.Float64Var(&c.userRate, "user-rate", 20, "writes per second per user (negative: unlimited)")
+	fs.Float64Var(&c.reconRate, "reconcile-rate", region.DefaultReconcileRate, "items per second the background reconciler recounts from edges (keeps likes_reconcile_mismatch_items true; negative: off)")
 	fs.Float64Var(&c.ipRate, "ip-rate", 0, "requests per second per client IP (0: unlimited)")
 	fs.DurationVar(&c.ttl, "lease-ttl", 5*time.Second, "region lease TTL (whole seconds; failover happens after it expires)")
 	fs.DurationVar(&c.skew, "max-skew", 500*time.Millisecond, "assumed bound on clock skew between regions (a moved pin is writable after TTL + skew)")
@@ -285,6 +288,8 @@ func (c *common) checkCommon() error {
 		return fmt.Errorf("--max-inflight-writes must be at least 1, got %d", c.inflight)
 	case c.ipRate < 0:
 		return fmt.Errorf("--ip-rate must not be negative, got %v", c.ipRate)
+	case c.reconRate == 0 || c.reconRate > 10000 || math.IsNaN(c.reconRate):
+		return fmt.Errorf("--reconcile-rate must be in (0, 10000] items per second, or negative for off, got %v", c.reconRate)
 	case c.ranges < 1:
 		return fmt.Errorf("--ranges must be at least 1, got %d", c.ranges)
 	case c.ttl < time.Second || c.ttl%time.Second != 0:
@@ -301,7 +306,7 @@ func (c *common) checkCommon() error {
 func (c *common) regionConfig(name string, ver verification, eng region.Engines, logger *slog.Logger) region.Config {
 	return region.Config{
 		Name: name, DataDir: c.data, Partitions: c.partitions, Window: c.window, Secret: ver.secret, Auth: ver.auth,
-		MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, Logger: logger, Engines: eng,
+		MaxInFlightWrites: c.inflight, UserRate: c.userRate, IPRate: c.ipRate, ReconcileRate: c.reconRate, Logger: logger, Engines: eng,
 		MinFreeBytes: c.minFree.bytes, MinFreeFraction: c.minFree.fraction, Lifecycle: c.life.config(), Tracer: c.obs.tracer(),
 	}
 }
@@ -792,9 +797,6 @@ func (rc *runCmd) plan(stderr io.Writer) (*runPlan, error) {
 	switch {
 	case standalone && len(names) > 1:
 		return nil, errors.New("run: --etcd is required with several --regions (pins and leases live in etcd)")
-	case !standalone && !c.engines.embedded() && (len(names) > 1 || rc.seeds != "" || rc.peerAddrs != ""):
-		return nil, fmt.Errorf("run: --store %s --log %s replicate with no other region: with --etcd such a region takes its pins and lease from etcd alone (--regions only itself, no --seeds or --peer-addrs); a multi-region cluster replicates the embedded store and log only (Cassandra has no replication source or sink yet)",
-			c.engines.store, c.engines.log)
 	case standalone && (rc.seeds != "" || rc.peerAddrs != ""):
 		return nil, errors.New("run: --seeds and --peer-addrs need --etcd (a standalone region has no peers)")
 	}

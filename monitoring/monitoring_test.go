@@ -184,6 +184,14 @@ func TestRulesAndRunbooks(t *testing.T) {
 			t.Errorf("alert %s is missing from alerts.yaml", a)
 		}
 	}
+	// Once the runbooks are in the repository, every link must name one.
+	if _, err := os.Stat("../docs/runbooks"); err == nil {
+		for a, rb := range runbooks {
+			if _, err := os.Stat("../" + rb); err != nil {
+				t.Errorf("alert %s links %s: %v", a, rb, err)
+			}
+		}
+	}
 }
 
 // TestQueriesUseExportedMetrics starts two regions, makes a few writes and

@@ -120,6 +120,7 @@ const grpcStopGrace = 5 * time.Second
 // clusterParts are the running multi-region components, closed in reverse.
 type clusterParts struct {
 	regions     []string
+	store       replicaStore // what replication ships from and applies to (nil: peerless on the engines)
 	jobs        edge.JobStore
 	health      *health.Server              // grpc.health.v1 on the gRPC port
 	eraser      atomic.Pointer[edge.Eraser] // set once the region's eraser runs
@@ -201,7 +202,7 @@ func startCluster(ctx context.Context, name string, c *Cluster, st replicaStore,
 	}
 	p := &clusterParts{grpcDone: make(chan struct{}), regions: c.Regions}
 	if st != nil {
-		p.jobs = st
+		p.jobs, p.store = st, st
 	}
 	fail := func(err error) (*clusterParts, error) {
 		p.close()

@@ -287,6 +287,26 @@ func (r *Region) checkDataFolder(ctx context.Context) error {
 	return nil
 }
 
+// startRebuild marks a bootstrapped store as rebuilding from every peer (the
+// region refuses writes until each peer's rebuild snapshot has arrived; see
+// pebblestore's rebuild.go).
+func (r *Region) startRebuild() error {
+	if !r.identity.Bootstrap || r.Store == nil || r.cfg.Cluster == nil {
+		return nil
+	}
+	var peers []string
+	for _, p := range r.cfg.Cluster.Regions {
+		if p != r.cfg.Name {
+			peers = append(peers, p)
+		}
+	}
+	if err := r.Store.MarkRebuild(peers); err != nil {
+		return fmt.Errorf("%w: %v", ErrIdentity, err)
+	}
+	r.log.Warn("rebuilding from peers: writes are refused until every peer has sent its rebuild snapshot", "peers", peers)
+	return nil
+}
+
 // startRetention starts the retention loop of the Pebble store (none on other
 // stores: their engines keep their own retention).
 func (o *opening) startRetention(context.Context) error {

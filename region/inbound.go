@@ -31,7 +31,7 @@ const inboundCall = 2 * time.Second
 // at the deadline, refuses the heal: its edges may be only partly here.
 func (a *admin) inboundQuiescent(ctx context.Context, wait time.Duration) error {
 	c := a.r.cluster
-	if c == nil || c.transport == nil || a.r.Store == nil {
+	if c == nil || c.transport == nil || c.store == nil {
 		return nil // no replication: nothing flows in
 	}
 	self := a.r.cfg.Name
@@ -70,7 +70,7 @@ func (a *admin) inboundQuiescent(ctx context.Context, wait time.Duration) error 
 		return err
 	}
 	skew := ecfg.MaxSkew
-	parts := a.r.Store.Partitions()
+	parts := c.store.Partitions()
 	type target struct {
 		heads []uint64
 		after int64 // watermark (ms) the peer's cells here must reach
@@ -104,7 +104,7 @@ func (a *admin) inboundQuiescent(ctx context.Context, wait time.Duration) error 
 		var behind []error
 		for _, n := range order {
 			t := targets[n]
-			cur, err := a.r.Store.Cursor(ctx, n)
+			cur, err := c.store.Cursor(ctx, n)
 			if err != nil {
 				return fmt.Errorf("cursor from %s: %w", n, err)
 			}

@@ -39,6 +39,10 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 	if err := r.openStore(ctx); err != nil {
 		return nil, err // openStore closes what it opened
 	}
+	if err := r.startRebuild(); err != nil {
+		_ = r.Close()
+		return nil, err
+	}
 	o := &opening{r: r, cfg: cfg, log: log, authority: edge.StaticAuthority(1), regions: []string{cfg.Name}}
 	for _, step := range []func(context.Context) error{
 		o.openCaches, o.joinCluster, o.openWritePath, o.startPipeline, o.startRetention, o.startEraser, o.openCounts, o.openAPI,

@@ -34,11 +34,14 @@ type SnapshotChunk struct {
 	Records  []SnapRecord
 	Erasures []SnapErasure
 	Cells    []CellState // the sender's own cells only
+	// YourCells are the receiver's own cells as the sender holds them: only
+	// in a rebuild (the receiver lost its data and asked for it).
+	YourCells []CellState
 }
 
 // Len is the number of entries the chunk carries.
 func (c SnapshotChunk) Len() int {
-	return len(c.Edges) + len(c.Records) + len(c.Erasures) + len(c.Cells)
+	return len(c.Edges) + len(c.Records) + len(c.Erasures) + len(c.Cells) + len(c.YourCells)
 }
 
 // SnapshotMark is where a snapshot stands in its sender's streams: it holds
@@ -48,6 +51,12 @@ func (c SnapshotChunk) Len() int {
 type SnapshotMark struct {
 	Log   []uint64
 	Cells uint64
+	// YourLog, in a rebuild, is the sender's cursor for the receiver's own
+	// log: the receiver's new events must take positions past it.
+	YourLog []uint64
+	// YourCells, in a rebuild, is the sender's cursor for the receiver's
+	// cell changes: the receiver's new changes must take sequences past it.
+	YourCells uint64
 }
 
 // SnapshotReader reads one consistent snapshot in chunks. Not safe for
@@ -63,6 +72,19 @@ type SnapshotReader interface {
 // SnapshotSource is a Source that can open snapshots.
 type SnapshotSource interface {
 	OpenSnapshot(ctx context.Context) (SnapshotReader, error)
+}
+
+// RebuildSource is a SnapshotSource that can also read, for a region that
+// lost its data, that region's cells and the cursor of its log as held here.
+type RebuildSource interface {
+	OpenRebuildSnapshot(ctx context.Context, forRegion string) (SnapshotReader, error)
+}
+
+// RebuildSink is a Sink rebuilding from its peers (--bootstrap-from-peers):
+// until each peer's rebuild snapshot is finished it refuses that peer's
+// pushes (the peer then sends one) and refuses client writes.
+type RebuildSink interface {
+	WantsRebuild(ctx context.Context, from string) (bool, error)
 }
 
 // SnapshotSink is a Sink that applies snapshots: chunks through the same

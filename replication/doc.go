@@ -75,6 +75,13 @@
 //     receiver digests its copy of the sender's cells and names the buckets
 //     that differ, and the sender pushes the full latest state of those
 //     buckets' cells without moving the cell cursor and without a watermark.
+//   - Never a silent skip (snapshot.go): a read of the Source below its
+//     retention truncation point fails with pipeline.ErrTruncated; the Sender
+//     marks the peer Behind and its driver catches it up from a snapshot
+//     (Sender.Snapshot → Server.Snapshot, validated like a push, applied
+//     through the Sink's SnapshotSink), then ships the log from the
+//     snapshot's mark. A peer whose cursor is past this region's head
+//     (restored or rebuilt data here) gets nothing but ErrPeerAhead.
 //   - Partition counts must match: a push or digest from a region with another
 //     Partitions is refused with codes.FailedPrecondition. Protocol versions
 //     must match the same way.

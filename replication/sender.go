@@ -30,6 +30,7 @@ type Sender struct {
 	lastWm               int64    // watermark the peer acknowledged
 	cellsDone            bool     // the last batch carried every cell change
 	behind               bool     // the peer's cursor is below the source's truncation point (snapshot.go)
+	rebuildFor           string   // the peer rebuilds its lost data from this region: its name (snapshot.go)
 	pushes, events, cell uint64
 }
 
@@ -95,6 +96,9 @@ func (s *Sender) build(ctx context.Context, src Source, parts int) (Batch, bool,
 			return b, false, s.readErr(err)
 		}
 		s.heads[p] = head.Pos
+		if after > head.Pos {
+			return b, false, peerAhead(p, after, head.Pos) // snapshot.go
+		}
 		if len(evs) == 0 {
 			continue
 		}

@@ -143,6 +143,9 @@ func (s *Server) Push(ctx context.Context, b Batch) (Cursor, error) {
 		s.cfg.Logger.Warn("replication: push refused", "from", b.From, "err", err)
 		return Cursor{}, err
 	}
+	if err := s.checkRebuild(ctx, b.From); err != nil {
+		return Cursor{}, err // snapshot.go
+	}
 	if err := s.checkEpochs(b); err != nil {
 		s.cfg.Logger.Warn("replication: push refused", "from", b.From, "err", err)
 		return Cursor{}, err

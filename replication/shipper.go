@@ -418,9 +418,12 @@ func (l *peerLoop) run() {
 // step pushes what the Sender says is next. more reports that the source had
 // more than one batch could carry and the peer made progress.
 func (l *peerLoop) step() (more bool, err error) {
+	if l.snd.Behind() {
+		return true, l.catchUpSnapshot() // snapshot.go
+	}
 	b, send, more, err := l.snd.Next(l.ctx, l.s.cfg.Source)
 	if err != nil && l.snd.Behind() {
-		return true, l.catchUpSnapshot() // snapshot.go
+		return true, l.catchUpSnapshot()
 	}
 	if err != nil {
 		return false, &localError{fmt.Errorf("read local source: %w", err)}
@@ -430,6 +433,10 @@ func (l *peerLoop) step() (more bool, err error) {
 		return false, nil // nothing new
 	}
 	cur, err := l.push(l.ctx, b)
+	if err != nil && IsRebuildWanted(err) {
+		l.snd.RebuildWanted(l.peer.Region)
+		return true, l.catchUpSnapshot()
+	}
 	if err != nil {
 		l.snd.Refused(err)
 		return false, err

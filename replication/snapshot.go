@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -35,6 +36,57 @@ import (
 // ErrPeerBehind marks a Sender whose peer's cursor is below the source's
 // truncation point: it needs a snapshot.
 var ErrPeerBehind = errors.New("replication: peer is behind the retention horizon (its cursor is below the log's truncation point): catching up from a snapshot")
+
+// ErrPeerAhead marks a peer that has applied more of this region's log than
+// the log holds: this region's data folder lost its tail (restored from an
+// older backup, or rebuilt by --bootstrap-from-peers). New events would reuse
+// positions the peer has passed and be skipped there, so the Sender ships
+// nothing to it and says so, instead of losing them silently.
+var ErrPeerAhead = errors.New("replication: the peer has applied this region's log past its head (this region's data was restored or rebuilt); shipping stops instead of reusing positions the peer has passed")
+
+func peerAhead(p int, cursor, head uint64) error {
+	return fmt.Errorf("%w: partition %d: peer cursor %d, head %d", ErrPeerAhead, p, cursor, head)
+}
+
+// ErrRebuildWanted is the receiver's answer to a push while it rebuilds from
+// the pushing region (its data folder was lost; --bootstrap-from-peers): the
+// sender sends a rebuild snapshot instead (Sender.RebuildWanted).
+var ErrRebuildWanted = errors.New("replication: the receiver rebuilds from this region and wants a rebuild snapshot")
+
+// rebuildWantedMsg marks the status that carries ErrRebuildWanted.
+const rebuildWantedMsg = "likes: rebuild snapshot wanted"
+
+// IsRebuildWanted reports whether a push failed because the peer wants a
+// rebuild snapshot.
+func IsRebuildWanted(err error) bool {
+	if errors.Is(err, ErrRebuildWanted) {
+		return true
+	}
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.FailedPrecondition && strings.HasPrefix(st.Message(), rebuildWantedMsg)
+}
+
+// checkRebuild refuses a push from a region this receiver rebuilds from.
+func (s *Server) checkRebuild(ctx context.Context, from string) error {
+	rs, ok := s.cfg.Sink.(replica.RebuildSink)
+	if !ok {
+		return nil
+	}
+	want, err := rs.WantsRebuild(ctx, from)
+	if err != nil {
+		return sinkError(ctx, "rebuild state", err)
+	}
+	if want {
+		return status.Errorf(codes.FailedPrecondition, "%s: region %q lost its data and rebuilds from %q", rebuildWantedMsg, s.cfg.Region, from)
+	}
+	return nil
+}
+
+// RebuildWanted marks the peer (named peer) as wanting a rebuild snapshot:
+// the next Snapshot is one (replica.RebuildSource).
+func (s *Sender) RebuildWanted(peer string) {
+	s.behind, s.rebuildFor = true, peer
+}
 
 // SnapshotBatch is one snapshot push: a chunk, or (Done set) the mark that
 // ends the snapshot.
@@ -83,7 +135,17 @@ func (s *Sender) Snapshot(ctx context.Context, src Source, push SnapshotFunc) (S
 		return res, &localError{errors.New("replication: the source cannot take snapshots; the peer cannot catch up")}
 	}
 	parts := src.Partitions()
-	rd, err := ss.OpenSnapshot(ctx)
+	var rd replica.SnapshotReader
+	var err error
+	if s.rebuildFor != "" {
+		rs, ok := src.(replica.RebuildSource)
+		if !ok {
+			return res, &localError{errors.New("replication: the source cannot take rebuild snapshots; the peer cannot rebuild")}
+		}
+		rd, err = rs.OpenRebuildSnapshot(ctx, s.rebuildFor)
+	} else {
+		rd, err = ss.OpenSnapshot(ctx)
+	}
 	if err != nil {
 		return res, &localError{fmt.Errorf("open snapshot: %w", err)}
 	}
@@ -110,7 +172,7 @@ func (s *Sender) Snapshot(ctx context.Context, src Source, push SnapshotFunc) (S
 	if err != nil {
 		return res, fmt.Errorf("snapshot mark: %w", err)
 	}
-	s.behind = false
+	s.behind, s.rebuildFor = false, ""
 	s.adopt(cur, parts)
 	return res, nil
 }
@@ -122,7 +184,7 @@ func (s *Server) Snapshot(ctx context.Context, b SnapshotBatch) (Cursor, error) 
 		s.cfg.Logger.Warn("replication: snapshot refused", "from", b.From, "err", err)
 		return Cursor{}, err
 	}
-	if err := validateSnapshot(b); err != nil {
+	if err := validateSnapshot(b, s.cfg.Region); err != nil {
 		s.cfg.Logger.Warn("replication: snapshot refused", "from", b.From, "err", err)
 		return Cursor{}, err
 	}
@@ -150,7 +212,7 @@ func (s *Server) Snapshot(ctx context.Context, b SnapshotBatch) (Cursor, error) 
 }
 
 // validateSnapshot checks a snapshot batch as strictly as a push.
-func validateSnapshot(b SnapshotBatch) error {
+func validateSnapshot(b SnapshotBatch, self string) error {
 	bad := func(format string, args ...any) error {
 		return status.Errorf(codes.InvalidArgument, "replication: invalid snapshot from %q: "+format, append([]any{b.From}, args...)...)
 	}
@@ -158,10 +220,21 @@ func validateSnapshot(b SnapshotBatch) error {
 		if b.Chunk.Len() > 0 {
 			return bad("a mark with a chunk")
 		}
-		if len(b.Done.Log) != b.Partitions {
-			return bad("a mark of %d partitions, want %d", len(b.Done.Log), b.Partitions)
+		if len(b.Done.Log) != b.Partitions || (b.Done.YourLog != nil && len(b.Done.YourLog) != b.Partitions) {
+			return bad("a mark of %d (yours %d) partitions, want %d", len(b.Done.Log), len(b.Done.YourLog), b.Partitions)
 		}
 		return nil
+	}
+	for _, c := range b.Chunk.YourCells {
+		if c.Key.Region != self {
+			return bad("cell %v sent as this region's own", c.Key)
+		}
+		if err := edge.ValidateID("itemId", c.Key.Item); err != nil {
+			return bad("cell: %v", err)
+		}
+		if int(c.Key.Shard) >= b.Partitions {
+			return bad("cell %v: shard out of range", c.Key)
+		}
 	}
 	for _, e := range b.Chunk.Edges {
 		if err := edge.ValidateEvent(replica.SnapEdgeEvent(e, b.Partitions), b.Partitions); err != nil {

@@ -36,6 +36,10 @@ type SteadyOptions struct {
 	// Down, when set, takes region Down.Region down from day Down.From for
 	// Down.Days days (its peers keep taking load).
 	Down *SteadyDown
+	// Lose, when set, loses region Lose.Region's data folder at the start of
+	// day Lose.From: it restarts on an empty one and rebuilds from its peers
+	// (--bootstrap-from-peers); Lose.Days is unused.
+	Lose *SteadyDown
 	// FS returns a region's filesystem and folder (default: a fresh MemFS, "/db").
 	FS func(region string) (vfs.FS, string)
 	// CountsOnly skips the daily check that every region holds every edge as
@@ -61,8 +65,11 @@ type SteadyReport struct {
 	// Truncated counts log events deleted by retention, over regions.
 	Truncated uint64
 	// Snapshots counts peers that caught up from a snapshot (behind the
-	// horizon).
+	// horizon, or rebuilding).
 	Snapshots int
+	// Rebuilds counts regions that lost their data folder; Refused the
+	// requests refused meanwhile (503).
+	Rebuilds, Refused int
 }
 
 type steadyRegion struct {
@@ -143,6 +150,11 @@ func RunSteady(o SteadyOptions) (SteadyReport, error) {
 	for day := 1; day <= o.Days; day++ {
 		if d := o.Down; d != nil && day == d.From {
 			s.closeRegion(d.Region)
+		}
+		if d := o.Lose; d != nil && day == d.From {
+			if err := s.lose(d.Region); err != nil {
+				return s.rep, err
+			}
 		}
 		if d := o.Down; d != nil && day == d.From+d.Days {
 			if err := s.open(d.Region); err != nil {
@@ -230,6 +242,25 @@ func (s *steady) open(i int) error {
 	return nil
 }
 
+// lose replaces region i's data folder by an empty one and starts its
+// rebuild from every peer.
+func (s *steady) lose(i int) error {
+	s.closeRegion(i)
+	r := s.regs[i]
+	r.fs = vfs.NewMem()
+	if err := s.open(i); err != nil {
+		return err
+	}
+	var peers []string
+	for j, p := range s.regs {
+		if j != i {
+			peers = append(peers, p.name)
+		}
+	}
+	s.rep.Rebuilds++
+	return r.st.MarkRebuild(peers)
+}
+
 // holding is the region's peers that hold truncation back: those that
 // acknowledged within the horizon (as region.PeerCursors does from the
 // shipper's stats).
@@ -273,6 +304,10 @@ func (s *steady) request() error {
 	s.n++
 	s.rep.Requests++
 	if _, err := owner.svc.Set(s.ctx, user, item, target, fmt.Sprintf("k%d", s.n)); err != nil {
+		if errors.Is(err, edge.ErrStorageUnavailable) && len(owner.st.Rebuilding()) > 0 {
+			s.rep.Refused++
+			return nil // rebuilding: 503, the client retries later
+		}
 		return fmt.Errorf("set %s/%s: %w", item, user, err)
 	}
 	s.model[[2]int{i, u}] = target
@@ -321,6 +356,9 @@ func (s *steady) aggregate(r *steadyRegion) error {
 				return fmt.Errorf("aggregator %s/%d never caught up", r.name, p)
 			}
 			_, caught, err := a.Step(s.ctx)
+			if err != nil && errors.Is(err, pipeline.ErrTruncated) && i < 4 {
+				continue // a rebuild raised the floor under its position: it reloads
+			}
 			if err != nil {
 				return fmt.Errorf("aggregator %s/%d: %w", r.name, p, err)
 			}
@@ -339,7 +377,19 @@ func (s *steady) ship(a *steadyRegion, j int) (bool, error) {
 	snd := a.out[j]
 	any := false
 	for i := 0; i < 1e6; i++ {
+		if snd.Behind() {
+			if _, err := snd.Snapshot(s.ctx, a.st, b.srv.Snapshot); err != nil {
+				return any, fmt.Errorf("snapshot %s→%s: %w", a.name, b.name, err)
+			}
+			s.rep.Snapshots++
+			a.acked[j] = s.clk.Now()
+			any = true
+			continue
+		}
 		bt, send, _, err := snd.Next(s.ctx, a.st)
+		if err != nil && errors.Is(err, replication.ErrPeerAhead) && len(a.st.Rebuilding()) > 0 {
+			return any, nil // a's log is not raised past b's cursor until b's rebuild snapshot
+		}
 		if err != nil && snd.Behind() {
 			// b was away longer than a's horizon: a snapshot, then the log.
 			if _, err := snd.Snapshot(s.ctx, a.st, b.srv.Snapshot); err != nil {
@@ -357,6 +407,10 @@ func (s *steady) ship(a *steadyRegion, j int) (bool, error) {
 			return any, nil
 		}
 		cur, err := b.srv.Push(s.ctx, bt)
+		if err != nil && replication.IsRebuildWanted(err) {
+			snd.RebuildWanted(b.name)
+			continue
+		}
 		if err != nil {
 			return any, fmt.Errorf("push %s→%s: %w", a.name, b.name, err)
 		}

@@ -74,3 +74,27 @@ func TestSteadyPeerBehindHorizon(t *testing.T) {
 	}
 	t.Logf("%d requests, %d truncated, %d snapshots", rep.Requests, rep.Truncated, rep.Snapshots)
 }
+
+// TestSteadyRebuildFromPeers: a region loses its data folder and restarts on
+// an empty one (--bootstrap-from-peers): it refuses writes while it rebuilds,
+// each peer sends it a rebuild snapshot (their state, their copies of its
+// cells, their cursor for its log), its log positions rise past every peer's
+// cursor, and every day still ends with counts == LIKED edges and every edge
+// equal everywhere, new writes included.
+func TestSteadyRebuildFromPeers(t *testing.T) {
+	rph := 12
+	if raceEnabled {
+		rph = 6
+	}
+	rep, err := RunSteady(SteadyOptions{
+		Seed: 3, Days: 5, RequestsPerHour: rph, Retention: 24 * time.Hour,
+		Lose: &SteadyDown{Region: 1, From: 3},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Rebuilds != 1 || rep.Snapshots < 2 {
+		t.Fatalf("%d rebuilds, %d snapshots: want 1 and one per peer", rep.Rebuilds, rep.Snapshots)
+	}
+	t.Logf("%d requests, %d refused while rebuilding, %d snapshots", rep.Requests, rep.Refused, rep.Snapshots)
+}

@@ -304,7 +304,24 @@ func (s *Store) applyRemoteEdge(ctx context.Context, ev edge.Event) ([]compensat
 			}
 		}
 		lastErr = nil
-		row, err := s.readEdgeRelayed(ctx, ev.Item, ev.User, serial)
+		// The edge row, the erasure row and the record, read together; when
+		// the row still holds a pending event, it is relayed first and all
+		// three are read again (the relay writes the record it carries).
+		var row edgeRow
+		var job edge.ErasureJob
+		var hasJob, hasRecord bool
+		err := parallel(3, func(i int) error {
+			var err error
+			switch {
+			case i == 0:
+				row, err = s.readEdgeRelayed(ctx, ev.Item, ev.User, serial)
+			case i == 1:
+				job, hasJob, err = s.Erasure(ctx, ev.User)
+			case ev.Idem != nil:
+				_, hasRecord, err = s.readIdem(ctx, edge.Request{Item: ev.Item, User: ev.User, IdemKey: ev.Idem.Key})
+			}
+			return err
+		})
 		if err != nil {
 			if retryable(err) {
 				lastErr = err
@@ -324,28 +341,9 @@ func (s *Store) applyRemoteEdge(ctx context.Context, ev edge.Event) ([]compensat
 		// The correction sequence is the row's event counter: a correction
 		// is the row's next event, so its version {0, eseq+1} grows with
 		// every correction of the edge.
-		l := edge.RemoteLocal{Edge: row.e, Branches: row.branches, Corrections: row.eseq}
-		err = parallel(2, func(i int) error {
-			if i == 0 {
-				j, had, err := s.Erasure(ctx, ev.User)
-				if had {
-					l.Job = &j
-				}
-				return err
-			}
-			if ev.Idem == nil {
-				return nil
-			}
-			_, ok, err := s.readIdem(ctx, edge.Request{Item: ev.Item, User: ev.User, IdemKey: ev.Idem.Key})
-			l.HasRecord = ok
-			return err
-		})
-		if err != nil {
-			if retryable(err) {
-				lastErr = err
-				continue
-			}
-			return comps, err
+		l := edge.RemoteLocal{Edge: row.e, Branches: row.branches, Corrections: row.eseq, HasRecord: hasRecord}
+		if hasJob {
+			l.Job = &job
 		}
 		w := edge.ApplyRemoteEvent(l, ev)
 		if err := s.remoteEffects(ctx, ev, w); err != nil {
@@ -429,31 +427,22 @@ func (s *Store) applyRemoteEdge(ctx context.Context, ev edge.Event) ([]compensat
 // idempotent and is what the edge row's change (written after it) implies,
 // so a crash between them leaves nothing a repeat does not redo or find done.
 func (s *Store) remoteEffects(ctx context.Context, ev edge.Event, w edge.RemoteWrites) error {
-	if w.Record != nil {
-		ttl := s.recordTTL(w.Record.ExpiresAt)
-		if ttl > 0 {
-			if err := s.write(ctx, s.q.idemInsert, ev.User, ev.Idem.Key, w.Record.Fingerprint, w.Record.Answer.Liked,
-				w.Record.Answer.Changed, w.Record.ExpiresAt, int(ttl)).Exec(); err != nil {
-				return err
+	return parallel(3, func(i int) error {
+		switch {
+		case i == 0 && w.Record != nil:
+			if ttl := s.recordTTL(w.Record.ExpiresAt); ttl > 0 {
+				return s.write(ctx, s.q.idemInsert, ev.User, ev.Idem.Key, w.Record.Fingerprint, w.Record.Answer.Liked,
+					w.Record.Answer.Changed, w.Record.ExpiresAt, int(ttl)).Exec()
 			}
+		case i == 1 && w.Index:
+			return s.write(ctx, s.q.userItemsAdd, ev.User, ev.Item).Exec()
+		case i == 1 && w.Unindex:
+			return s.write(ctx, s.q.userItemDelete, ev.User, ev.Item).Exec()
+		case i == 2 && w.Job != nil:
+			return s.writeJob(ctx, *w.Job)
 		}
-	}
-	if w.Index {
-		if err := s.write(ctx, s.q.userItemsAdd, ev.User, ev.Item).Exec(); err != nil {
-			return err
-		}
-	}
-	if w.Unindex {
-		if err := s.write(ctx, s.q.userItemDelete, ev.User, ev.Item).Exec(); err != nil {
-			return err
-		}
-	}
-	if w.Job != nil {
-		if err := s.writeJob(ctx, *w.Job); err != nil {
-			return err
-		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // recordTTL is the Cassandra TTL of a replicated record expiring at

@@ -69,6 +69,29 @@
 // commit pipeline, which panics inside its own lock and would leave the
 // database impossible to close.
 //
+// Retention (retention.go, retainer.go; DESIGN section 10). A Retainer owns
+// one goroutine that runs a bounded Retain round every interval on the
+// injected clock: each log partition is truncated (one DeleteRange) below
+// min(the aggregator's committed position, every live peer's acknowledged
+// cursor, the last event older than the horizon); the cell outbox below
+// min(every live peer's cell cursor, the outbox sequence as of the horizon,
+// dated by checkpoints); dedupe entries whose newest event is older than the
+// horizon are pruned under cellMu (pipeline's package doc has the safety
+// argument); idempotency records expired for over a minute are deleted in
+// the writer loop, re-checked there, own and replicated alike. A truncation
+// point (floor) is stored with the deletion and raised in memory before it
+// commits; Read and CellChanges check it after opening their iterator and
+// fail with pipeline.ErrTruncated below it, so a reader never skips deleted
+// events unknowingly. The floors keep a partition's head (and the outbox
+// sequence) across restarts when everything below was deleted.
+//
+// Snapshots (snapshot.go): OpenSnapshot reads the heads and the outbox
+// sequence, then takes a Pebble snapshot (so it holds every event through
+// them, maybe more), and reads edges, idempotency records, erasure marks and
+// own cells from it in bounded chunks; ApplySnapshot applies them as the
+// replicated events they stand for (applyRemoteEvent), FinishSnapshot raises
+// the sender's cursor to the mark.
+//
 // Key layout (ids never contain control characters, so 0x00 separates them):
 //
 //	e item 00 bucket user   edge          b item 00 user         branches
@@ -76,4 +99,6 @@
 //	l part(4) pos(8)        log event     c item 00 region 00 shard(4)  cell
 //	d item 00 user          dedupe        p part(4)              position, watermark
 //	x user                  erasure job   m                      meta
+//	o seq(8)                cell outbox   t part(4)              log floor
+//	T                       outbox floor  h time(8)              outbox checkpoint
 package pebblestore

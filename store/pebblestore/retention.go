@@ -500,15 +500,22 @@ func (s *Store) KeyCounts() (map[string]int, error) {
 	return out, it.Error()
 }
 
-// DiskUsage is the size of the database's files (Pebble's metrics: sstables,
-// WAL, manifest), in bytes.
-func (s *Store) DiskUsage() (uint64, error) {
+// DiskBytes is what a database holds on disk, by file kind.
+type DiskBytes struct {
+	Total  uint64 // every file (Pebble's DiskSpaceUsage)
+	Tables uint64 // live sstables: the data
+	WAL    uint64 // write-ahead log, live and recycled
+}
+
+// DiskUsage is the size of the database's files (Pebble's metrics).
+func (s *Store) DiskUsage() (DiskBytes, error) {
 	db := s.db.raw()
 	if db == nil {
-		return 0, errReopening
+		return DiskBytes{}, errReopening
 	}
 	m := db.Metrics()
-	return m.DiskSpaceUsage(), nil
+	return DiskBytes{Total: m.DiskSpaceUsage(), Tables: m.Table.Local.LiveSize,
+		WAL: m.WAL.PhysicalSize + m.WAL.ObsoletePhysicalSize}, nil
 }
 
 // CompactAll compacts the whole key space (measurements: what the disk holds

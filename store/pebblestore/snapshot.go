@@ -25,13 +25,14 @@ var snapPhases = []byte{'e', 'i', 'x', 'c'}
 
 // snapReader reads one Pebble snapshot in chunks (replica.SnapshotReader).
 type snapReader struct {
-	s      *Store
-	g      *gen
-	snap   *pebble.Snapshot
-	mark   replica.SnapshotMark
-	phase  int
-	resume []byte
-	closed bool
+	s         *Store
+	forRegion string // a rebuild's receiver: its cells go to YourCells
+	g         *gen
+	snap      *pebble.Snapshot
+	mark      replica.SnapshotMark
+	phase     int
+	resume    []byte
+	closed    bool
 }
 
 // OpenSnapshot implements replica.SnapshotSource: one consistent Pebble
@@ -52,8 +53,44 @@ func (s *Store) OpenSnapshot(_ context.Context) (replica.SnapshotReader, error) 
 	return &snapReader{s: s, g: g, snap: g.db.NewSnapshot(), mark: replica.SnapshotMark{Log: heads, Cells: seq}}, nil
 }
 
+// OpenRebuildSnapshot implements replica.RebuildSource: a snapshot that also
+// carries forRegion's cells as held here and this store's cursor for
+// forRegion's log (from the same Pebble snapshot).
+func (s *Store) OpenRebuildSnapshot(ctx context.Context, forRegion string) (replica.SnapshotReader, error) {
+	if forRegion == s.opts.Region || forRegion == "" {
+		return nil, fmt.Errorf("pebblestore: a rebuild snapshot for region %q", forRegion)
+	}
+	rd, err := s.OpenSnapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r := rd.(*snapReader)
+	r.forRegion = forRegion
+	r.mark.YourLog = make([]uint64, s.opts.Partitions)
+	for p := range r.mark.YourLog {
+		v, _, err := getInto(r.snap, remotePosKey(forRegion, uint32(p)), decodeUvarint)
+		if err != nil {
+			_ = r.Close()
+			return nil, err
+		}
+		r.mark.YourLog[p] = v
+	}
+	v, _, err := getInto(r.snap, remoteCellKey(forRegion), decodeUvarint)
+	if err != nil {
+		_ = r.Close()
+		return nil, err
+	}
+	r.mark.YourCells = v
+	return r, nil
+}
+
 func (r *snapReader) Mark() replica.SnapshotMark {
-	return replica.SnapshotMark{Log: append([]uint64(nil), r.mark.Log...), Cells: r.mark.Cells}
+	m := r.mark
+	m.Log = append([]uint64(nil), m.Log...)
+	if m.YourLog != nil {
+		m.YourLog = append([]uint64(nil), m.YourLog...)
+	}
+	return m
 }
 
 func (r *snapReader) Close() error {
@@ -95,7 +132,7 @@ func (r *snapReader) Next(ctx context.Context, max int) (replica.SnapshotChunk, 
 				finished = false
 				break
 			}
-			if err := r.s.snapEntry(&c, p, it.Key(), it.Value()); err != nil {
+			if err := r.s.snapEntry(&c, p, it.Key(), it.Value(), r.forRegion); err != nil {
 				_ = it.Close()
 				return c, false, err
 			}
@@ -112,7 +149,7 @@ func (r *snapReader) Next(ctx context.Context, max int) (replica.SnapshotChunk, 
 }
 
 // snapEntry decodes one key of phase p into the chunk.
-func (s *Store) snapEntry(c *replica.SnapshotChunk, p byte, k, v []byte) error {
+func (s *Store) snapEntry(c *replica.SnapshotChunk, p byte, k, v []byte, forRegion string) error {
 	switch p {
 	case 'e':
 		i := bytes.IndexByte(k[1:], sep)
@@ -152,14 +189,18 @@ func (s *Store) snapEntry(c *replica.SnapshotChunk, p byte, k, v []byte) error {
 		if !ok {
 			return wrapCorrupt("cell key", k, errCorrupt)
 		}
-		if key.Region != s.opts.Region {
-			return nil // each region ships only its own cells
+		if key.Region != s.opts.Region && (forRegion == "" || key.Region != forRegion) {
+			return nil // each region ships only its own cells (and a rebuild the receiver's)
 		}
 		cell, err := decodeCell(v)
 		if err != nil {
 			return wrapCorrupt("cell", k, err)
 		}
-		c.Cells = append(c.Cells, replica.CellState{Key: key, Cell: cell})
+		if key.Region == s.opts.Region {
+			c.Cells = append(c.Cells, replica.CellState{Key: key, Cell: cell})
+		} else {
+			c.YourCells = append(c.YourCells, replica.CellState{Key: key, Cell: cell})
+		}
 	}
 	return nil
 }
@@ -205,6 +246,11 @@ func (s *Store) ApplySnapshot(ctx context.Context, from string, c replica.Snapsh
 			return err
 		}
 	}
+	if len(c.YourCells) > 0 {
+		if err := s.adoptOwnCells(from, c.YourCells); err != nil {
+			return err
+		}
+	}
 	if len(c.Cells) > 0 {
 		cur, err := s.Cursor(ctx, from)
 		if err != nil {
@@ -223,6 +269,11 @@ func (s *Store) FinishSnapshot(ctx context.Context, from string, m replica.Snaps
 	}
 	if len(m.Log) != s.opts.Partitions {
 		return fmt.Errorf("pebblestore: snapshot mark has %d partitions, want %d", len(m.Log), s.opts.Partitions)
+	}
+	if m.YourLog != nil {
+		if err := s.finishRebuild(ctx, from, m.YourLog, m.YourCells); err != nil {
+			return err
+		}
 	}
 	_, err := s.submit(ctx, &op{fn: func(b *pebble.Batch, _ *batchWriter) error {
 		for p, pos := range m.Log {

@@ -2,6 +2,7 @@ package pebblestore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -107,4 +108,59 @@ func TestSnapshotRoundTrip(t *testing.T) {
 
 func pebblestoreMark(p0, p1 uint64) replica.SnapshotMark {
 	return replica.SnapshotMark{Log: []uint64{p0, p1}}
+}
+
+// TestRebuildGates: a store rebuilding from peers refuses client writes and
+// wants a rebuild from each peer; a peer's copies of this region's cells are
+// adopted only during that peer's rebuild; finishing it raises the log past
+// the peer's cursor, and writes resume at positions above it.
+func TestRebuildGates(t *testing.T) {
+	ctx := context.Background()
+	f := newRetFixture(t, 2)
+	own := replica.CellState{Key: crdt.CellKey{Item: "i1", Region: "r1", Shard: 0}, Cell: crdt.Cell{P: 5, HWM: 40}}
+	// Not rebuilding: a peer's copy of an own cell is ignored.
+	if err := f.st.ApplySnapshot(ctx, "r2", replica.SnapshotChunk{YourCells: []replica.CellState{own}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.count("i1"); n != 0 {
+		t.Fatalf("own cell adopted outside a rebuild: count %d", n)
+	}
+	if err := f.st.MarkRebuild([]string{"r2", "r3"}); err != nil {
+		t.Fatal(err)
+	}
+	req := edge.Request{Item: "i1", User: "u1", Target: crdt.Liked, Kind: edge.KindFlip, Epoch: 1, Now: f.clk.Now().UnixMilli()}
+	if _, err := f.st.Apply(ctx, req); !errors.Is(err, pebblestore.ErrRebuilding) || !errors.Is(err, edge.ErrStorageUnavailable) {
+		t.Fatalf("write while rebuilding: %v", err)
+	}
+	if ok, _ := f.st.WantsRebuild(ctx, "r2"); !ok {
+		t.Fatal("does not want r2's rebuild")
+	}
+	if err := f.st.ApplySnapshot(ctx, "r2", replica.SnapshotChunk{YourCells: []replica.CellState{own}}); err != nil {
+		t.Fatal(err)
+	}
+	mark := replica.SnapshotMark{Log: []uint64{0, 0}, YourLog: []uint64{30, 70}, YourCells: 12}
+	if err := f.st.FinishSnapshot(ctx, "r2", mark); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := f.st.WantsRebuild(ctx, "r2"); ok {
+		t.Fatal("still wants r2's rebuild")
+	}
+	if _, err := f.st.Apply(ctx, req); !errors.Is(err, pebblestore.ErrRebuilding) {
+		t.Fatalf("write while r3's rebuild is pending: %v", err)
+	}
+	if err := f.st.FinishSnapshot(ctx, "r3", replica.SnapshotMark{Log: []uint64{0, 0}, YourLog: []uint64{0, 0}}); err != nil {
+		t.Fatal(err)
+	}
+	// Partition 0 rises past the adopted cell's HWM (40), partition 1 past the cursor (70).
+	if f.st.LogFloor(0) != 40 || f.st.LogFloor(1) != 70 {
+		t.Fatalf("floors %d %d, want 40 70", f.st.LogFloor(0), f.st.LogFloor(1))
+	}
+	d, err := f.st.Apply(ctx, req)
+	if err != nil || d.Event == nil || d.Event.Pos <= 40 {
+		t.Fatalf("write after the rebuild: %+v %v", d.Event, err)
+	}
+	f.aggregate()
+	if n := f.count("i1"); n != 6 {
+		t.Fatalf("count %d, want the adopted 5 + 1", n)
+	}
 }

@@ -108,6 +108,8 @@ type Store struct {
 	outboxFloor uint64   // outbox entries at or below are deleted
 	checkpoints []checkpoint
 
+	rebuild map[string]bool // peers a rebuild waits for (rebuild.go)
+
 	// Owned by Retain's one caller: where the dedupe and idempotency sweeps resume.
 	dedupeResume, idemResume []byte
 
@@ -195,6 +197,10 @@ func Open(opts Options) (*Store, error) {
 		return nil, err
 	}
 	if err := s.loadHeads(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	if err := s.loadRebuild(); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
@@ -558,6 +564,9 @@ func (s *Store) applyOne(b *pebble.Batch, req edge.Request, w *batchWriter) (edg
 
 // Apply implements edge.Store.
 func (s *Store) Apply(ctx context.Context, req edge.Request) (edge.Decision, error) {
+	if s.rebuilding("") {
+		return edge.Decision{}, ErrRebuilding
+	}
 	return s.submit(ctx, &op{req: req})
 }
 
@@ -791,6 +800,10 @@ func (s *Store) Commit(_ context.Context, w pipeline.Window) error {
 	}
 	s.cellMu.Lock()
 	defer s.cellMu.Unlock()
+	if fl := s.LogFloor(w.Partition); w.Through < fl {
+		// An aggregator's stale position under a floor a rebuild raised.
+		return fmt.Errorf("%w: window of partition %d through %d, below the floor %d", ErrTruncated, w.Partition, w.Through, fl)
+	}
 	b := s.db.NewBatch()
 	defer b.Close()
 	for _, u := range w.Cells {

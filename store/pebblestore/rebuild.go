@@ -1,0 +1,207 @@
+package pebblestore
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/likes-dev/likes/crdt"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/replica"
+)
+
+// Rebuild (--bootstrap-from-peers): a region that lost its data folder starts
+// on an empty store and rebuilds from each peer. Its own log is gone, but its
+// peers hold what it had shipped: its edges and records (in their state), its
+// cells (their copies), and how far they applied its log (their cursor for
+// it). MarkRebuild names the peers to rebuild from: until each one's rebuild
+// snapshot has finished, the store refuses that peer's pushes (WantsRebuild;
+// the replication Server answers FailedPrecondition and the peer sends the
+// snapshot) and refuses client writes (ErrRebuilding), because a new event
+// would take a log position the peers have already passed. A rebuild snapshot
+// carries, besides the peer's state, this region's cells as the peer holds
+// them (adopted by max HWM, as any cell merge) and the peer's cursor for this
+// region's log: finishing it raises this store's log heads, floors and
+// aggregator positions past that cursor and past every adopted cell's HWM, so
+// new events take positions no peer has passed and no fence hides.
+//
+// Keys: R peer → a rebuild from that peer is pending.
+func rebuildKey(peer string) []byte { return cat('R', peer) }
+
+// ErrRebuilding refuses client writes while a rebuild is pending; it wraps
+// edge.ErrStorageUnavailable (503, retried later).
+var ErrRebuilding = fmt.Errorf("pebblestore: rebuilding from peers: %w", edge.ErrStorageUnavailable)
+
+var _ replica.RebuildSink = (*Store)(nil)
+
+// MarkRebuild records that this (empty) store rebuilds from peers. It fails
+// on a store that already holds log events of its own.
+func (s *Store) MarkRebuild(peers []string) error {
+	s.mu.Lock()
+	for _, h := range s.heads {
+		if h != 0 {
+			s.mu.Unlock()
+			return fmt.Errorf("pebblestore: MarkRebuild on a store that has a log of its own")
+		}
+	}
+	s.mu.Unlock()
+	b := s.db.NewBatch()
+	defer b.Close()
+	for _, p := range peers {
+		if p == s.opts.Region || p == "" {
+			continue
+		}
+		_ = b.Set(rebuildKey(p), nil, nil)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	return s.loadRebuild()
+}
+
+// loadRebuild reads the pending rebuilds (at Open and after MarkRebuild).
+func (s *Store) loadRebuild() error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{'R'}, UpperBound: []byte{'R' + 1}})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	m := map[string]bool{}
+	for ok := it.First(); ok; ok = it.Next() {
+		m[string(it.Key()[1:])] = true
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.rebuild = m
+	s.mu.Unlock()
+	return nil
+}
+
+// Rebuilding lists the peers a rebuild still waits for.
+func (s *Store) Rebuilding() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for p := range s.rebuild {
+		out = append(out, p)
+	}
+	return out
+}
+
+func (s *Store) rebuilding(from string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if from == "" {
+		return len(s.rebuild) > 0
+	}
+	return s.rebuild[from]
+}
+
+// WantsRebuild implements replica.RebuildSink.
+func (s *Store) WantsRebuild(_ context.Context, from string) (bool, error) {
+	return s.rebuilding(from), nil
+}
+
+// adoptOwnCells merges a peer's copies of this region's cells into them, by
+// max HWM, during that peer's rebuild only (outside one a peer never writes
+// this region's cells).
+func (s *Store) adoptOwnCells(from string, cells []replica.CellState) error {
+	if !s.rebuilding(from) {
+		return nil
+	}
+	s.cellMu.Lock()
+	defer s.cellMu.Unlock()
+	b := s.db.NewBatch()
+	defer b.Close()
+	for _, cs := range cells {
+		if cs.Key.Region != s.opts.Region {
+			return fmt.Errorf("pebblestore: peer %q sent cell %v as this region's", from, cs.Key)
+		}
+		k := cellKey(cs.Key)
+		cur, _, err := getInto(s.db, k, decodeCell)
+		if err != nil {
+			return err
+		}
+		if m := crdt.MergeCell(cur, cs.Cell); m != cur {
+			_ = b.Set(k, encodeCell(m), nil)
+		}
+	}
+	return b.Commit(pebble.Sync)
+}
+
+// finishRebuild ends the rebuild from `from`: the log heads, floors and
+// aggregator positions rise past yourLog and every own cell's HWM.
+func (s *Store) finishRebuild(ctx context.Context, from string, yourLog []uint64, yourCells uint64) error {
+	if !s.rebuilding(from) {
+		return nil
+	}
+	if len(yourLog) != s.opts.Partitions {
+		return fmt.Errorf("pebblestore: rebuild mark has %d partitions, want %d", len(yourLog), s.opts.Partitions)
+	}
+	target := append([]uint64(nil), yourLog...)
+	err := s.ScanCells(ctx, s.opts.Region, func(cs replica.CellState) error {
+		if int(cs.Key.Shard) < len(target) {
+			target[cs.Key.Shard] = max(target[cs.Key.Shard], cs.Cell.HWM)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	_, err = s.submit(ctx, &op{fn: func(b *pebble.Batch, w *batchWriter) error {
+		for p, t := range target {
+			if t <= w.next[p] {
+				continue
+			}
+			w.next[p] = t
+			s.mu.Lock()
+			s.floors[p] = max(s.floors[p], t)
+			s.mu.Unlock()
+			_ = b.Set(floorKey(uint32(p)), encodeFloor(t, w.now), nil)
+		}
+		return nil
+	}})
+	if err != nil {
+		return err
+	}
+	// The aggregators' positions follow, under their commit lock; a window
+	// still committing a position below the raised floor is refused (Commit).
+	s.cellMu.Lock()
+	defer s.cellMu.Unlock()
+	b := s.db.NewBatch()
+	defer b.Close()
+	for p, t := range target {
+		pos, wm, err := s.Position(ctx, uint32(p))
+		if err != nil {
+			return err
+		}
+		if pos < t {
+			_ = b.Set(posKey(uint32(p)), encodePos(t, wm), nil)
+		}
+	}
+	// The cell outbox sequence likewise rises past the peer's cell cursor
+	// (kept across restarts as the outbox floor).
+	raised := false
+	if yourCells > s.cellSeq {
+		s.mu.Lock()
+		s.outboxFloor = max(s.outboxFloor, yourCells)
+		s.mu.Unlock()
+		_ = b.Set(outboxFloorKey, binary.AppendUvarint(nil, yourCells), nil)
+		raised = true
+	}
+	_ = b.Delete(rebuildKey(from), nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	if raised {
+		s.cellSeq = max(s.cellSeq, yourCells)
+	}
+	s.mu.Lock()
+	delete(s.rebuild, from)
+	s.mu.Unlock()
+	return nil
+}

@@ -576,6 +576,10 @@ func checkBuiltRegion(t *testing.T, r string, docs []map[string]any) {
 	if got := fs.Lookup("region").Value.String(); got != r {
 		t.Errorf("overlay %s: the region starts as %q", r, got)
 	}
+	p := planDeployed(t, "overlay "+r, args, cfgFile, literal)
+	if cl := p.rc.Cluster; cl == nil || cl.GRPCAdvertise != "10.0.0.1:9080" || cl.GossipAdvertise != "10.0.0.1:7946" || p.httpAdvertise != "http://10.0.0.1:8080" {
+		t.Errorf("overlay %s: advertises http %q, cluster %+v; want the pod's IP", r, p.httpAdvertise, cl)
+	}
 	selects := func(sel any) bool {
 		m, _ := at(sel, "matchLabels").(map[string]any)
 		for k, v := range m {
@@ -687,4 +691,65 @@ func TestDeployDockerfile(t *testing.T) {
 			t.Errorf("the image does not build %s", want)
 		}
 	}
+}
+
+// planDeployed plans `likesd run` as a deployment file starts it (args, its
+// config file at cfgFile, its literal LIKES_* variables), with the key
+// material it names replaced by generated files of the same kind: every
+// check of the plan runs (advertised addresses on 0.0.0.0 listeners, peer
+// TLS matching the region, durations), nothing listens.
+func planDeployed(t *testing.T, where string, args []string, cfgFile string, env map[string]string) *runPlan {
+	t.Helper()
+	dir := t.TempDir()
+	if _, _, err := devPeerSecurity(dir, []string{"us", "eu", "ap"}); err != nil {
+		t.Fatal(err)
+	}
+	certs := filepath.Join(dir, "certs")
+	rc := newRunCmd()
+	if args[0] != "run" {
+		t.Fatalf("%s: %v is not likesd run", where, args)
+	}
+	rest := slices.Clone(args[1:])
+	for i := range rest {
+		if rest[i] == "--config" && i+1 < len(rest) {
+			rest[i+1] = cfgFile
+		}
+	}
+	clearLikesEnv(t)
+	defer clearLikesEnv(t)
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	t.Setenv("LIKES_AUTH_SECRET", testSecret)
+	if err := parseCommand(rc.fs, rest, io.Discard, ""); err != nil {
+		t.Fatalf("%s: %v", where, err)
+	}
+	region := rc.name
+	for flag, file := range map[string]string{"tls-cert": region + ".crt", "tls-key": region + ".key", "tls-ca": "ca.crt", "gossip-key-file": "gossip.key", "etcd-cacert": "ca.crt"} {
+		if f := rc.fs.Lookup(flag); f != nil && f.Value.String() != "" {
+			if err := rc.fs.Set(flag, filepath.Join(certs, file)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	p, err := rc.plan(io.Discard)
+	if err != nil {
+		t.Fatalf("%s: likesd run would refuse to start: %v", where, err)
+	}
+	return p
+}
+
+// TestDeployPlans: the region of each deployment would start (its whole
+// plan validates), and tells its peers addresses they can dial.
+func TestDeployPlans(t *testing.T) {
+	dir := filepath.Join(deployDir, "systemd")
+	u := parseUnit(t, filepath.Join(dir, "likesd-region.service"))
+	cmdline := strings.Fields(u.get("Service", "ExecStart"))
+	p := planDeployed(t, "likesd-region.service", cmdline[1:], filepath.Join(dir, "likes.yaml"), nil)
+	cl := p.rc.Cluster
+	if cl == nil || cl.GRPCAdvertise == "" || cl.GossipAdvertise == "" || p.httpAdvertise == "" {
+		t.Fatalf("the systemd region binds 0.0.0.0 and must advertise: %+v", cl)
+	}
+
+	// Each Kubernetes overlay is planned in TestDeployKubernetes (checkBuiltRegion).
 }

@@ -64,6 +64,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return regions(ctx, args[1:], stdout, stderr)
 	case "reconcile":
 		return reconcile(ctx, args[1:], stdout, stderr)
+	case "backup", "restore": // backup.go
+		return backupCommand(ctx, args, stdout, stderr)
 	case "migrate":
 		return cassandra.MigrateCommand(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":

@@ -11,6 +11,7 @@ import (
 
 	"github.com/likes-dev/likes/crdt"
 	"github.com/likes-dev/likes/edge/edgetest"
+	"github.com/likes-dev/likes/epoch/epochtest"
 	"github.com/likes-dev/likes/store/pebblestore"
 )
 
@@ -91,5 +92,33 @@ func TestBackupAndRestore(t *testing.T) {
 		if _, err := likectl("restore", "--from", dir, "--data", t.TempDir(), "--region", "us"); err == nil {
 			t.Errorf("%s: a hostile manifest was accepted", name)
 		}
+	}
+}
+
+// TestBackupSavesEtcd: the backup carries an etcd snapshot named in its
+// manifest.
+func TestBackupSavesEtcd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded etcd")
+	}
+	e := epochtest.StartEmbedded(t)
+	data, out := t.TempDir(), filepath.Join(t.TempDir(), "bk")
+	st, err := pebblestore.Open(pebblestore.Options{Dir: filepath.Join(data, "us"), Region: "us", Partitions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = st.Close()
+	var o bytes.Buffer
+	err = run(context.Background(), []string{"backup", "--data", data, "--regions", "us", "--out", out, "--partitions", "2",
+		"--etcd", strings.Join(e.Endpoints(), ",")}, &o, &o)
+	if err != nil {
+		t.Fatalf("backup: %v\n%s", err, o.String())
+	}
+	m, err := readManifest(filepath.Join(out, manifestFile))
+	if err != nil || m.Etcd != etcdSnapName {
+		t.Fatalf("manifest %+v: %v", m, err)
+	}
+	if fi, err := os.Stat(filepath.Join(out, etcdSnapName)); err != nil || fi.Size() == 0 {
+		t.Fatalf("etcd snapshot: %v %v", fi, err)
 	}
 }

@@ -163,6 +163,14 @@ func (s *Store) finishRebuild(ctx context.Context, from string, yourLog []uint64
 			if t <= w.next[p] {
 				continue
 			}
+			// Events below the raise must be folded first (a branch
+			// correction a snapshot's edge appended here): the aggregator's
+			// position jumps to the raised floor.
+			if pos, _, err := s.Position(ctx, uint32(p)); err != nil {
+				return err
+			} else if pos < w.next[p] {
+				return fmt.Errorf("%w: partition %d is folded through %d of %d; the peer retries", ErrRebuilding, p, pos, w.next[p])
+			}
 			w.next[p] = t
 			s.mu.Lock()
 			s.floors[p] = max(s.floors[p], t)

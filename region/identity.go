@@ -291,7 +291,17 @@ func (r *Region) checkDataFolder(ctx context.Context) error {
 // region refuses writes until each peer's rebuild snapshot has arrived; see
 // pebblestore's rebuild.go).
 func (r *Region) startRebuild() error {
-	if !r.identity.Bootstrap || r.Store == nil || r.cfg.Cluster == nil {
+	if r.Store == nil {
+		return nil
+	}
+	st := r.Store
+	r.AddReadyCheck("rebuilding", func(context.Context) error {
+		if p := st.Rebuilding(); len(p) > 0 {
+			return fmt.Errorf("%w: rebuilding from %s (writes refused until their snapshots arrive)", pebblestore.ErrRebuilding, strings.Join(p, ","))
+		}
+		return nil
+	})
+	if !r.identity.Bootstrap || r.cfg.Cluster == nil {
 		return nil
 	}
 	var peers []string

@@ -84,6 +84,16 @@
 //     of r's cell for that item and partition (cell HWM >= event position);
 //   - liveness: every region's asOf has passed the last event.
 //
+// The steady workload (steady.go, RunSteady) is the long-running companion:
+// a constant like/unlike load for many simulated days on the same real parts
+// plus each region's retention Retainer, stepped on the fake clock, with
+// every day ending in a full convergence check (every region's counts equal
+// the LIKED edges of the model, every edge equal everywhere). Its tests show
+// the bounded kinds (log, outbox, dedupe, idempotency) levelling off, a
+// region down past its peers' horizon catching up from snapshots, a region
+// that lost its folder rebuilding from its peers, and a restore from a
+// backup converging exactly.
+//
 // A failure names the seed, the step and the command that replays it with a
 // trace: LIKES_SIM_SEED=S go test ./sim -run '^TestSim$' -v (TestSimChains
 // and TestSimErasures failures name their test, which replays with its own

@@ -40,6 +40,10 @@ type SteadyOptions struct {
 	// day Lose.From: it restarts on an empty one and rebuilds from its peers
 	// (--bootstrap-from-peers); Lose.Days is unused.
 	Lose *SteadyDown
+	// Restore, when set, backs region Restore.Region up (a Pebble checkpoint)
+	// at the end of day Restore.Backup, loses its folder at the start of day
+	// Restore.Lose and restores the backup, which then rebuilds from its peers.
+	Restore *SteadyRestore
 	// FS returns a region's filesystem and folder (default: a fresh MemFS, "/db").
 	FS func(region string) (vfs.FS, string)
 	// CountsOnly skips the daily check that every region holds every edge as
@@ -48,6 +52,12 @@ type SteadyOptions struct {
 	// Day, when set, is called at the end of every day, after a full
 	// convergence check, with every live region's store.
 	Day func(day int, stores map[string]*pebblestore.Store) error
+}
+
+// SteadyRestore is a backup and a restore of one region in a steady run.
+type SteadyRestore struct {
+	Region       int
+	Backup, Lose int
 }
 
 // SteadyDown is an outage of one region in a steady run.
@@ -151,6 +161,11 @@ func RunSteady(o SteadyOptions) (SteadyReport, error) {
 		if d := o.Down; d != nil && day == d.From {
 			s.closeRegion(d.Region)
 		}
+		if d := o.Restore; d != nil && day == d.Lose {
+			if err := s.restore(d.Region); err != nil {
+				return s.rep, err
+			}
+		}
 		if d := o.Lose; d != nil && day == d.From {
 			if err := s.lose(d.Region); err != nil {
 				return s.rep, err
@@ -174,6 +189,11 @@ func RunSteady(o SteadyOptions) (SteadyReport, error) {
 		}
 		if err := s.converge(); err != nil {
 			return s.rep, fmt.Errorf("day %d: %w", day, err)
+		}
+		if d := o.Restore; d != nil && day == d.Backup {
+			if err := s.regs[d.Region].st.Checkpoint("/backup"); err != nil {
+				return s.rep, err
+			}
 		}
 		keys := map[string]map[string]int{}
 		stores := map[string]*pebblestore.Store{}
@@ -249,6 +269,41 @@ func (s *steady) lose(i int) error {
 	r := s.regs[i]
 	r.fs = vfs.NewMem()
 	if err := s.open(i); err != nil {
+		return err
+	}
+	var peers []string
+	for j, p := range s.regs {
+		if j != i {
+			peers = append(peers, p.name)
+		}
+	}
+	s.rep.Rebuilds++
+	return r.st.MarkRebuild(peers)
+}
+
+// restore replaces region i's folder by its backup (/backup on the old
+// filesystem), folds its log and starts its rebuild from every peer.
+func (s *steady) restore(i int) error {
+	s.closeRegion(i)
+	r := s.regs[i]
+	old := r.fs
+	r.fs = vfs.NewMem()
+	if err := r.fs.MkdirAll(r.dir, 0o755); err != nil {
+		return err
+	}
+	names, err := old.List("/backup")
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if err := vfs.CopyAcrossFS(old, old.PathJoin("/backup", n), r.fs, r.fs.PathJoin(r.dir, n)); err != nil {
+			return err
+		}
+	}
+	if err := s.open(i); err != nil {
+		return err
+	}
+	if err := s.aggregate(r); err != nil {
 		return err
 	}
 	var peers []string

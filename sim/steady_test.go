@@ -98,3 +98,27 @@ func TestSteadyRebuildFromPeers(t *testing.T) {
 	}
 	t.Logf("%d requests, %d refused while rebuilding, %d snapshots", rep.Requests, rep.Refused, rep.Snapshots)
 }
+
+// TestSteadyRestoreFromBackup: a region is backed up (a consistent Pebble
+// checkpoint), keeps taking load, loses its disk, and is restored from the
+// backup: it folds its restored log, rebuilds from its peers (their state,
+// their copies of its cells, their cursors for its streams, which its
+// positions rise past), and every day ends with counts == LIKED edges and
+// every edge equal everywhere.
+func TestSteadyRestoreFromBackup(t *testing.T) {
+	rph := 12
+	if raceEnabled {
+		rph = 6
+	}
+	rep, err := RunSteady(SteadyOptions{
+		Seed: 4, Days: 6, RequestsPerHour: rph, Retention: 24 * time.Hour,
+		Restore: &SteadyRestore{Region: 2, Backup: 1, Lose: 4},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Rebuilds != 1 || rep.Snapshots < 2 {
+		t.Fatalf("%d rebuilds, %d snapshots", rep.Rebuilds, rep.Snapshots)
+	}
+	t.Logf("%d requests, %d refused while rebuilding, %d snapshots", rep.Requests, rep.Refused, rep.Snapshots)
+}

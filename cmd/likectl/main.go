@@ -5,7 +5,7 @@
 //	likectl token --user alice [--admin] [--ttl 1h] [--private-key key.pem]
 //	likectl pins list|move|drain|settle|rebalance   likectl regions   likectl cluster
 //	likectl reconcile [--heal]   likectl dlq list|replay   likectl bench   likectl migrate
-//	likectl certs init|issue   likectl completion bash|zsh   likectl help [command...]
+//	likectl certs init|issue   likectl backup|restore   likectl completion bash|zsh   likectl help [command...]
 //
 // Every command and subcommand has help (-h, --help, or `likectl help
 // CMD...`): it prints to stdout, exits 0 and never touches the network,

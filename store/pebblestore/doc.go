@@ -92,6 +92,13 @@
 // replicated events they stand for (applyRemoteEvent), FinishSnapshot raises
 // the sender's cursor to the mark.
 //
+// Rebuild (rebuild.go): a store started empty (--bootstrap-from-peers) or
+// restored from a Checkpoint is marked to rebuild from its peers; it refuses
+// client writes until each peer's rebuild snapshot (which also carries the
+// peer's copies of this region's cells and its cursors for this region's
+// streams) has raised its log heads, floors, aggregator positions and outbox
+// sequence past what any peer has applied.
+//
 // Key layout (ids never contain control characters, so 0x00 separates them):
 //
 //	e item 00 bucket user   edge          b item 00 user         branches
@@ -101,4 +108,5 @@
 //	x user                  erasure job   m                      meta
 //	o seq(8)                cell outbox   t part(4)              log floor
 //	T                       outbox floor  h time(8)              outbox checkpoint
+//	R peer                  rebuild pending from peer
 package pebblestore

@@ -36,17 +36,23 @@ var ErrRebuilding = fmt.Errorf("pebblestore: rebuilding from peers: %w", edge.Er
 
 var _ replica.RebuildSink = (*Store)(nil)
 
-// MarkRebuild records that this (empty) store rebuilds from peers. It fails
-// on a store that already holds log events of its own.
+// MarkRebuild records that this store rebuilds from peers: an empty one
+// (--bootstrap-from-peers), or one restored from a backup, whose aggregators
+// must have folded its whole log first (its positions are about to rise past
+// what its peers hold, and no event below may be left unfolded).
 func (s *Store) MarkRebuild(peers []string) error {
-	s.mu.Lock()
-	for _, h := range s.heads {
-		if h != 0 {
-			s.mu.Unlock()
-			return fmt.Errorf("pebblestore: MarkRebuild on a store that has a log of its own")
+	for p := 0; p < s.opts.Partitions; p++ {
+		pos, _, err := s.Position(context.Background(), uint32(p))
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		h := s.heads[p]
+		s.mu.Unlock()
+		if pos < h {
+			return fmt.Errorf("pebblestore: MarkRebuild: partition %d is folded through %d of %d: run the aggregators to the log head first", p, pos, h)
 		}
 	}
-	s.mu.Unlock()
 	b := s.db.NewBatch()
 	defer b.Close()
 	for _, p := range peers {
@@ -157,6 +163,14 @@ func (s *Store) finishRebuild(ctx context.Context, from string, yourLog []uint64
 			if t <= w.next[p] {
 				continue
 			}
+			// Events below the raise must be folded first (a branch
+			// correction a snapshot's edge appended here): the aggregator's
+			// position jumps to the raised floor.
+			if pos, _, err := s.Position(ctx, uint32(p)); err != nil {
+				return err
+			} else if pos < w.next[p] {
+				return fmt.Errorf("%w: partition %d is folded through %d of %d; the peer retries", ErrRebuilding, p, pos, w.next[p])
+			}
 			w.next[p] = t
 			s.mu.Lock()
 			s.floors[p] = max(s.floors[p], t)
@@ -203,5 +217,21 @@ func (s *Store) finishRebuild(ctx context.Context, from string, yourLog []uint64
 	s.mu.Lock()
 	delete(s.rebuild, from)
 	s.mu.Unlock()
+	return nil
+}
+
+// Checkpoint writes a consistent copy of the database to dir (a backup:
+// Pebble hard-links the sstables when it can and copies the rest); dir must
+// not exist. A store opened on the copy and marked for rebuild catches up
+// from its peers (MarkRebuild).
+func (s *Store) Checkpoint(dir string) error {
+	g, err := s.db.acquire()
+	if err != nil {
+		return err
+	}
+	defer g.refs.Done()
+	if err := g.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
+		return fmt.Errorf("pebblestore: checkpoint to %s: %w", dir, err)
+	}
 	return nil
 }

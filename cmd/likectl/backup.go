@@ -1,0 +1,366 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/likes-dev/likes/epoch"
+	"github.com/likes-dev/likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/pipeline"
+	"github.com/likes-dev/likes/store/pebblestore"
+)
+
+// A backup folder: MANIFEST.json, one <region>/db (a Pebble checkpoint) and
+// <region>/LIKES-IDENTITY per region, and etcd.snapshot (unless skipped).
+const (
+	manifestFile    = "MANIFEST.json"
+	identityName    = "LIKES-IDENTITY" // region.identityFile
+	etcdSnapName    = "etcd.snapshot"
+	maxManifestSize = 1 << 20
+)
+
+// backupManifest describes a backup folder.
+type backupManifest struct {
+	Format     int            `json:"format"`
+	CreatedMs  int64          `json:"createdMs"`
+	Partitions int            `json:"partitions"`
+	Regions    []backupRegion `json:"regions"`
+	Etcd       string         `json:"etcd,omitempty"` // the etcd snapshot's file name
+}
+
+type backupRegion struct {
+	Name string `json:"name"`
+	// Heads are the region's log heads at the checkpoint, by partition.
+	Heads []uint64 `json:"heads"`
+}
+
+// backup writes a consistent Pebble checkpoint of each region's folder (its
+// likesd stopped: the database's lock refuses a running one), the regions'
+// identity files, an etcd snapshot and a manifest.
+func backup(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("likectl backup", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	data := fs.String("data", "./likes-data", "the data folder (one subfolder per region, as likesd --data)")
+	list := fs.String("regions", "", "regions to back up, comma-separated (required)")
+	out := fs.String("out", "", "the backup folder to create (required; must not exist)")
+	parts := fs.Int("partitions", 16, "log partitions of the regions (as likesd --partitions)")
+	snapEtcd := fs.Bool("etcd-snapshot", true, "also save an etcd snapshot (pins, epochs, cluster id, data sets)")
+	var ef etcdFlags
+	ef.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *out == "" || *list == "" {
+		return errors.New("backup: --out and --regions are required")
+	}
+	names, err := regionList(*list)
+	if err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	if _, err := os.Stat(*out); err == nil {
+		return fmt.Errorf("backup: %s exists; a backup goes to a new folder", *out)
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	m := backupManifest{Format: 1, CreatedMs: time.Now().UnixMilli(), Partitions: *parts}
+	for _, name := range names {
+		start := time.Now()
+		br, err := backupRegionFolder(filepath.Join(*data, name), filepath.Join(*out, name), name, *parts)
+		if err != nil {
+			return fmt.Errorf("backup %s: %w", name, err)
+		}
+		m.Regions = append(m.Regions, br)
+		fmt.Fprintf(stdout, "region %s: checkpoint in %v\n", name, time.Since(start).Round(time.Millisecond))
+	}
+	if *snapEtcd {
+		cli, err := etcdepoch.NewClientWith(ef.config())
+		if err != nil {
+			return fmt.Errorf("backup: etcd: %w", err)
+		}
+		defer cli.Close()
+		rc, err := cli.Snapshot(ctx)
+		if err != nil {
+			return fmt.Errorf("backup: etcd snapshot: %w", err)
+		}
+		defer rc.Close()
+		f, err := os.Create(filepath.Join(*out, etcdSnapName))
+		if err != nil {
+			return err
+		}
+		n, err := io.Copy(f, rc)
+		if err = errors.Join(err, f.Sync(), f.Close()); err != nil {
+			return fmt.Errorf("backup: etcd snapshot: %w", err)
+		}
+		m.Etcd = etcdSnapName
+		fmt.Fprintf(stdout, "etcd snapshot: %d bytes\n", n)
+	}
+	b, _ := json.MarshalIndent(m, "", "  ") // cannot fail: plain struct
+	if err := writeSynced(filepath.Join(*out, manifestFile), append(b, '\n')); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "backup of %d regions in %s\n", len(names), *out)
+	return nil
+}
+
+func backupRegionFolder(src, dst, name string, parts int) (backupRegion, error) {
+	br := backupRegion{Name: name}
+	if _, err := os.Stat(src); err != nil {
+		return br, fmt.Errorf("no data folder: %w", err)
+	}
+	st, err := pebblestore.Open(pebblestore.Options{Dir: src, Region: name, Partitions: parts, CacheBytes: 8 << 20})
+	if err != nil {
+		return br, fmt.Errorf("open (is its likesd stopped?): %w", err)
+	}
+	defer st.Close()
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return br, err
+	}
+	if err := st.Checkpoint(filepath.Join(dst, "db")); err != nil {
+		return br, err
+	}
+	for p := 0; p < parts; p++ {
+		_, h, err := st.Read(context.Background(), uint32(p), ^uint64(0)-1, 1)
+		if err != nil {
+			return br, err
+		}
+		br.Heads = append(br.Heads, h.Pos)
+	}
+	id, err := os.ReadFile(filepath.Join(src, identityName))
+	if err == nil {
+		err = writeSynced(filepath.Join(dst, identityName), id)
+	} else if errors.Is(err, os.ErrNotExist) {
+		err = nil // a folder from before identities: restored without one
+	}
+	return br, err
+}
+
+// restore installs one region's folder from a backup into an empty data
+// folder, folds its restored log and marks it to rebuild from its peers: its
+// likesd, once started, refuses writes until every peer has sent it a rebuild
+// snapshot (the peers hold what it did after the backup), then converges.
+func restore(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("likectl restore", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	from := fs.String("from", "", "the backup folder (required)")
+	data := fs.String("data", "./likes-data", "the data folder to restore into (as likesd --data)")
+	name := fs.String("region", "", "the region to restore (required)")
+	peerList := fs.String("peers", "", "the regions it rebuilds from, comma-separated (default: the backup's other regions)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *from == "" || *name == "" {
+		return errors.New("restore: --from and --region are required")
+	}
+	m, err := readManifest(filepath.Join(*from, manifestFile))
+	if err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	found := false
+	var peers []string
+	for _, r := range m.Regions {
+		if r.Name == *name {
+			found = true
+		} else {
+			peers = append(peers, r.Name)
+		}
+	}
+	if !found {
+		return fmt.Errorf("restore: the backup has no region %q", *name)
+	}
+	if *peerList != "" {
+		if peers, err = regionList(*peerList); err != nil {
+			return fmt.Errorf("restore: --peers: %w", err)
+		}
+	}
+	dst := filepath.Join(*data, *name)
+	if ents, err := os.ReadDir(dst); err == nil && len(ents) > 0 {
+		return fmt.Errorf("restore: %s is not empty; restore into an empty folder (move the old one away)", dst)
+	}
+	src := filepath.Join(*from, *name)
+	if err := copyDir(filepath.Join(src, "db"), dst); err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	if id, err := os.ReadFile(filepath.Join(src, identityName)); err == nil {
+		if err := writeSynced(filepath.Join(dst, identityName), id); err != nil {
+			return err
+		}
+	}
+	st, err := pebblestore.Open(pebblestore.Options{Dir: dst, Region: *name, Partitions: m.Partitions, CacheBytes: 8 << 20})
+	if err != nil {
+		return fmt.Errorf("restore: open the restored folder: %w", err)
+	}
+	defer st.Close()
+	if err := foldLog(st); err != nil {
+		return fmt.Errorf("restore: fold the restored log: %w", err)
+	}
+	if len(peers) > 0 {
+		if err := st.MarkRebuild(peers); err != nil {
+			return fmt.Errorf("restore: %w", err)
+		}
+	}
+	fmt.Fprintf(stdout, "restored region %s into %s from a backup of %s; it rebuilds from %s once started (writes refused until then)\n",
+		*name, dst, time.UnixMilli(m.CreatedMs).UTC().Format(time.RFC3339), strings.Join(peers, ","))
+	if m.Etcd != "" {
+		fmt.Fprintf(stdout, "the etcd snapshot %s is not restored: a live cluster keeps its etcd; restore it with etcdutl only if etcd was lost too\n",
+			filepath.Join(*from, m.Etcd))
+	}
+	return nil
+}
+
+// foldLog runs the store's aggregators to its log head (a restored
+// checkpoint may hold events its aggregators had not folded yet).
+func foldLog(st *pebblestore.Store) error {
+	for p := 0; p < st.Partitions(); p++ {
+		a, err := pipeline.NewAggregator(pipeline.Config{Region: st.Region(), Log: st, Cells: st}, uint32(p))
+		if err != nil {
+			return err
+		}
+		for i := 0; ; i++ {
+			if i > 1<<20 {
+				return fmt.Errorf("partition %d never caught up", p)
+			}
+			_, caught, err := a.Step(context.Background())
+			if err != nil {
+				return err
+			}
+			if caught {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+func readManifest(path string) (backupManifest, error) {
+	var m backupManifest
+	f, err := os.Open(path)
+	if err != nil {
+		return m, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxManifestSize+1))
+	if err != nil {
+		return m, err
+	}
+	if len(b) > maxManifestSize {
+		return m, fmt.Errorf("%s is larger than %d bytes: not a manifest", path, maxManifestSize)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		return m, fmt.Errorf("%s is not a valid manifest: %w", path, err)
+	}
+	if m.Format != 1 || m.Partitions < 1 || m.Partitions > 4096 || len(m.Regions) == 0 {
+		return m, fmt.Errorf("%s: format %d, %d partitions, %d regions: not a backup this likectl restores", path, m.Format, m.Partitions, len(m.Regions))
+	}
+	for _, r := range m.Regions {
+		if err := epoch.ValidRegion(r.Name); err != nil || strings.ContainsAny(r.Name, `\.`) {
+			return m, fmt.Errorf("%s: region %q is not a valid name", path, r.Name)
+		}
+	}
+	if m.Etcd != "" && m.Etcd != etcdSnapName {
+		return m, fmt.Errorf("%s: etcd snapshot %q is not %q", path, m.Etcd, etcdSnapName)
+	}
+	return m, nil
+}
+
+func regionList(s string) ([]string, error) {
+	var out []string
+	for _, n := range strings.Split(s, ",") {
+		n = strings.TrimSpace(n)
+		if err := epoch.ValidRegion(n); err != nil || strings.ContainsAny(n, `\.`) {
+			return nil, fmt.Errorf("region %q is not a valid name", n)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// copyDir copies the regular files of src into dst (created; a checkpoint
+// has no subfolders), each synced, then dst synced.
+func copyDir(src, dst string) error {
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			return fmt.Errorf("%s: unexpected entry %s in a checkpoint", src, e.Name())
+		}
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			return err
+		}
+		if err := writeSynced(filepath.Join(dst, e.Name()), b); err != nil {
+			return err
+		}
+	}
+	d, err := os.Open(dst)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+func writeSynced(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	return errors.Join(err, f.Sync(), f.Close())
+}
+
+// backupCommand dispatches `likectl backup` and `likectl restore`.
+func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if args[0] == "restore" {
+		return restore(args[1:], stdout, stderr)
+	}
+	return backup(ctx, args[1:], stdout, stderr)
+}
+
+func init() {
+	for _, c := range []struct{ name, summary, usage string }{
+		{"backup", "a consistent copy of stopped regions' data folders and etcd, with a manifest (--data --regions --out)",
+			"backup --data DIR --regions R1,R2 --out DIR [--etcd URL] [--etcd-snapshot=false]"},
+		{"restore", "restore one region's folder from a backup; it then rebuilds from its peers (--from --data --region)",
+			"restore --from DIR --data DIR --region NAME [--peers R1,R2]"},
+	} {
+		name, summary, usage := c.name, c.summary, c.usage
+		extraCommands = append(extraCommands, &command{
+			name:     name,
+			summary:  summary,
+			rawFlags: []string{"data", "regions", "out", "from", "region", "partitions", "etcd", "etcd-snapshot", "dial-timeout"},
+			raw: func(ctx context.Context, args []string, e *env) error {
+				full := append([]string{name}, args...)
+				if hasHelp(args) { // help on stdout, exit 0, no network
+					fmt.Fprintf(e.stdout, "Usage: likectl %s\n\n%s\n\nFlags:\n", usage, summary)
+					err := backupCommand(ctx, []string{name, "-h"}, e.stdout, e.stdout)
+					if err != nil && !errors.Is(err, flag.ErrHelp) {
+						return err
+					}
+					return nil
+				}
+				err := backupCommand(ctx, full, e.stdout, e.stderr)
+				if err != nil && isFlagError(err) {
+					return usagef("%v (see likectl %s -h)", err, name)
+				}
+				return err
+			},
+		})
+	}
+}

@@ -30,7 +30,7 @@ func TestPeerlessCluster(t *testing.T) {
 	ecfg := epochtest.Config(t, 8)
 
 	if _, err := startCluster(ctx, "us", &Cluster{Etcd: cli, Epoch: ecfg, Regions: []string{"us", "eu"}}, nil, clock.Real{}, log); err == nil ||
-		!strings.Contains(err.Error(), "only a region whose aggregators read the store's own log replicates") {
+		!strings.Contains(err.Error(), "only a region on the embedded store replicates") {
 		t.Fatalf("a peer for a region without replication: %v", err)
 	}
 	if !(&Cluster{Regions: []string{"us"}}).Peerless("us") || (&Cluster{Seeds: []string{"x:1"}}).Peerless("us") ||

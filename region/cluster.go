@@ -322,7 +322,10 @@ func startCluster(ctx context.Context, name string, c *Cluster, st replicaStore,
 	}
 	p.forwarder = api.NewForwarder(name, p.resolve, creds)
 	p.forwarder.MaxProtocol = c.MaxProtocol
-	p.forwarder.DialOptions = dialOpts
+	// Forwards, erasure relays and session reads are gRPC calls to peers too:
+	// the same client metrics as the shipper's.
+	p.forwarder.DialOptions = append(append([]grpc.DialOption(nil), dialOpts...),
+		grpc.WithChainUnaryInterceptor(p.grpcMetrics.ClientInterceptor()))
 	p.maxProtocol = c.MaxProtocol
 	barrier, err := catchup.NewBarrier(catchup.Config{
 		Self: name, Partitions: st.Partitions(), Pins: p.authority, Dir: dir, Cursors: st,

@@ -592,6 +592,17 @@ func (s *Server) erase(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	job, err := s.cfg.Eraser.Start(r.Context(), user)
 	if err != nil && job.User == "" {
+		switch {
+		case errors.Is(err, edge.ErrNotOwner), errors.Is(err, edge.ErrFailClosed), errors.Is(err, edge.ErrStaleEpoch):
+			// The user's range is between owners (a hand-off, a failback):
+			// the same retryable answer as a write's.
+			return retryable(http.StatusServiceUnavailable, "not_authoritative", "this region cannot start this user's erasure right now; retry", time.Second)
+		case errors.Is(err, edge.ErrStorageUnavailable):
+			return retryable(http.StatusServiceUnavailable, "storage_unavailable", "this region's storage cannot accept writes right now; retry", 5*time.Second)
+		}
+		if s.cfg.Logger != nil {
+			s.cfg.Logger.Warn("erasure did not start", "user", user, "err", err)
+		}
 		return retryable(http.StatusServiceUnavailable, "unavailable", "could not start erasure; retry", time.Second)
 	}
 	status := http.StatusOK

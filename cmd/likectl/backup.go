@@ -46,14 +46,16 @@ type backupRegion struct {
 // backup writes a consistent Pebble checkpoint of each region's folder (its
 // likesd stopped: the database's lock refuses a running one), the regions'
 // identity files, an etcd snapshot and a manifest.
-func backup(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func backup(ctx context.Context, args []string, e *env) error {
+	stdout := e.stdout
 	fs := flag.NewFlagSet("likectl backup", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(e.stderr)
 	data := fs.String("data", "./likes-data", "the data folder (one subfolder per region, as likesd --data)")
 	list := fs.String("regions", "", "regions to back up, comma-separated (required)")
 	out := fs.String("out", "", "the backup folder to create (required; must not exist)")
 	parts := fs.Int("partitions", 16, "log partitions of the regions (as likesd --partitions)")
 	snapEtcd := fs.Bool("etcd-snapshot", true, "also save an etcd snapshot (pins, epochs, cluster id, data sets)")
+	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	var ef etcdFlags
 	ef.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -73,14 +75,20 @@ func backup(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	m := backupManifest{Format: 1, CreatedMs: time.Now().UnixMilli(), Partitions: *parts}
-	for _, name := range names {
-		start := time.Now()
+	pr := newProgress(e, *quiet, "backup")
+	for i, name := range names {
+		start := e.clock.Now()
+		pr.step(i, len(names), true, "regions checkpointed; "+name+" next")
+		stop := pr.ticking() // one checkpoint is one long call: say it is still running
 		br, err := backupRegionFolder(filepath.Join(*data, name), filepath.Join(*out, name), name, *parts)
+		stop()
 		if err != nil {
 			return fmt.Errorf("backup %s: %w", name, err)
 		}
 		m.Regions = append(m.Regions, br)
-		fmt.Fprintf(stdout, "region %s: checkpoint in %v\n", name, time.Since(start).Round(time.Millisecond))
+		size, _ := dirSize(filepath.Join(*out, name))
+		pr.step(i+1, len(names), true, fmt.Sprintf("regions checkpointed (%s: %d bytes)", name, size))
+		fmt.Fprintf(stdout, "region %s: checkpoint in %v\n", name, e.clock.Now().Sub(start).Round(time.Millisecond))
 	}
 	if *snapEtcd {
 		cli, err := etcdepoch.NewClientWith(ef.config())
@@ -97,7 +105,9 @@ func backup(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err != nil {
 			return err
 		}
-		n, err := io.Copy(f, rc)
+		ep := newProgress(e, *quiet, "backup: etcd snapshot")
+		n, err := io.Copy(&progressWriter{w: f, pr: ep}, rc)
+		ep.step(int(n), -1, true, "bytes")
 		if err = errors.Join(err, f.Sync(), f.Close()); err != nil {
 			return fmt.Errorf("backup: etcd snapshot: %w", err)
 		}
@@ -148,13 +158,15 @@ func backupRegionFolder(src, dst, name string, parts int) (backupRegion, error) 
 // folder, folds its restored log and marks it to rebuild from its peers: its
 // likesd, once started, refuses writes until every peer has sent it a rebuild
 // snapshot (the peers hold what it did after the backup), then converges.
-func restore(args []string, stdout, stderr io.Writer) error {
+func restore(args []string, e *env) error {
+	stdout := e.stdout
 	fs := flag.NewFlagSet("likectl restore", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(e.stderr)
 	from := fs.String("from", "", "the backup folder (required)")
 	data := fs.String("data", "./likes-data", "the data folder to restore into (as likesd --data)")
 	name := fs.String("region", "", "the region to restore (required)")
 	peerList := fs.String("peers", "", "the regions it rebuilds from, comma-separated (default: the backup's other regions)")
+	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -187,7 +199,7 @@ func restore(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("restore: %s is not empty; restore into an empty folder (move the old one away)", dst)
 	}
 	src := filepath.Join(*from, *name)
-	if err := copyDir(filepath.Join(src, "db"), dst); err != nil {
+	if err := copyDir(filepath.Join(src, "db"), dst, newProgress(e, *quiet, "restore: copy")); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
 	if id, err := os.ReadFile(filepath.Join(src, identityName)); err == nil {
@@ -200,7 +212,7 @@ func restore(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("restore: open the restored folder: %w", err)
 	}
 	defer st.Close()
-	if err := foldLog(st); err != nil {
+	if err := foldLog(st, newProgress(e, *quiet, "restore: fold log partitions")); err != nil {
 		return fmt.Errorf("restore: fold the restored log: %w", err)
 	}
 	if len(peers) > 0 {
@@ -219,7 +231,8 @@ func restore(args []string, stdout, stderr io.Writer) error {
 
 // foldLog runs the store's aggregators to its log head (a restored
 // checkpoint may hold events its aggregators had not folded yet).
-func foldLog(st *pebblestore.Store) error {
+func foldLog(st *pebblestore.Store, pr *progress) error {
+	events := 0
 	for p := 0; p < st.Partitions(); p++ {
 		a, err := pipeline.NewAggregator(pipeline.Config{Region: st.Region(), Log: st, Cells: st}, uint32(p))
 		if err != nil {
@@ -229,14 +242,16 @@ func foldLog(st *pebblestore.Store) error {
 			if i > 1<<20 {
 				return fmt.Errorf("partition %d never caught up", p)
 			}
-			_, caught, err := a.Step(context.Background())
+			n, caught, err := a.Step(context.Background())
 			if err != nil {
 				return err
 			}
+			events += n
 			if caught {
 				break
 			}
 		}
+		pr.step(p+1, st.Partitions(), p+1 == st.Partitions(), fmt.Sprintf("(%d events folded)", events))
 	}
 	return nil
 }
@@ -287,8 +302,8 @@ func regionList(s string) ([]string, error) {
 }
 
 // copyDir copies the regular files of src into dst (created; a checkpoint
-// has no subfolders), each synced, then dst synced.
-func copyDir(src, dst string) error {
+// has no subfolders), each synced, then dst synced; pr hears files and bytes.
+func copyDir(src, dst string, pr *progress) error {
 	ents, err := os.ReadDir(src)
 	if err != nil {
 		return err
@@ -296,17 +311,17 @@ func copyDir(src, dst string) error {
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return err
 	}
-	for _, e := range ents {
+	var bytes int64
+	for i, e := range ents {
 		if !e.Type().IsRegular() {
 			return fmt.Errorf("%s: unexpected entry %s in a checkpoint", src, e.Name())
 		}
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		n, err := copySynced(filepath.Join(src, e.Name()), filepath.Join(dst, e.Name()))
 		if err != nil {
 			return err
 		}
-		if err := writeSynced(filepath.Join(dst, e.Name()), b); err != nil {
-			return err
-		}
+		bytes += n
+		pr.step(i+1, len(ents), i+1 == len(ents), fmt.Sprintf("files (%d bytes)", bytes))
 	}
 	d, err := os.Open(dst)
 	if err != nil {
@@ -314,6 +329,52 @@ func copyDir(src, dst string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// copySynced streams one file to a new one (never a whole SSTable in
+// memory), synced.
+func copySynced(src, dst string) (int64, error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return 0, err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(out, in)
+	return n, errors.Join(err, out.Sync(), out.Close())
+}
+
+// dirSize sums the sizes of a folder's regular files, recursively.
+func dirSize(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		fi, err := d.Info()
+		if err == nil {
+			n += fi.Size()
+		}
+		return err
+	})
+	return n, err
+}
+
+// progressWriter reports the bytes written through it (by time only).
+type progressWriter struct {
+	w  io.Writer
+	pr *progress
+	n  int
+}
+
+func (p *progressWriter) Write(b []byte) (int, error) {
+	n, err := p.w.Write(b)
+	p.n += n
+	p.pr.step(p.n, -1, false, "bytes")
+	return n, err
 }
 
 func writeSynced(path string, b []byte) error {
@@ -326,36 +387,36 @@ func writeSynced(path string, b []byte) error {
 }
 
 // backupCommand dispatches `likectl backup` and `likectl restore`.
-func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func backupCommand(ctx context.Context, args []string, e *env) error {
 	if args[0] == "restore" {
-		return restore(args[1:], stdout, stderr)
+		return restore(args[1:], e)
 	}
-	return backup(ctx, args[1:], stdout, stderr)
+	return backup(ctx, args[1:], e)
 }
 
 func init() {
 	for _, c := range []struct{ name, summary, usage string }{
 		{"backup", "a consistent copy of stopped regions' data folders and etcd, with a manifest (--data --regions --out)",
-			"backup --data DIR --regions R1,R2 --out DIR [--etcd URL] [--etcd-snapshot=false]"},
+			"backup --data DIR --regions R1,R2 --out DIR [--etcd URL] [--etcd-snapshot=false] [--quiet]"},
 		{"restore", "restore one region's folder from a backup; it then rebuilds from its peers (--from --data --region)",
-			"restore --from DIR --data DIR --region NAME [--peers R1,R2]"},
+			"restore --from DIR --data DIR --region NAME [--peers R1,R2] [--quiet]"},
 	} {
 		name, summary, usage := c.name, c.summary, c.usage
 		extraCommands = append(extraCommands, &command{
 			name:     name,
 			summary:  summary,
-			rawFlags: []string{"data", "regions", "out", "from", "region", "partitions", "etcd", "etcd-snapshot", "dial-timeout"},
+			rawFlags: []string{"data", "regions", "out", "from", "region", "partitions", "etcd", "etcd-snapshot", "dial-timeout", "quiet", "peers"},
 			raw: func(ctx context.Context, args []string, e *env) error {
 				full := append([]string{name}, args...)
 				if hasHelp(args) { // help on stdout, exit 0, no network
 					fmt.Fprintf(e.stdout, "Usage: likectl %s\n\n%s\n\nFlags:\n", usage, summary)
-					err := backupCommand(ctx, []string{name, "-h"}, e.stdout, e.stdout)
+					err := backupCommand(ctx, []string{name, "-h"}, &env{stdout: e.stdout, stderr: e.stdout, clock: e.clock})
 					if err != nil && !errors.Is(err, flag.ErrHelp) {
 						return err
 					}
 					return nil
 				}
-				err := backupCommand(ctx, full, e.stdout, e.stderr)
+				err := backupCommand(ctx, full, e)
 				if err != nil && isFlagError(err) {
 					return usagef("%v (see likectl %s -h)", err, name)
 				}

@@ -122,3 +122,57 @@ func TestBackupSavesEtcd(t *testing.T) {
 		t.Fatalf("etcd snapshot: %v %v", fi, err)
 	}
 }
+
+// TestBackupRestoreProgress: backup and restore say on stderr how far they
+// are (regions checkpointed, files copied, partitions folded), stdout keeps
+// the summary, and --quiet silences stderr only.
+func TestBackupRestoreProgress(t *testing.T) {
+	ctx := context.Background()
+	data := t.TempDir()
+	for _, name := range []string{"us", "eu"} {
+		st, err := pebblestore.Open(pebblestore.Options{Dir: filepath.Join(data, name), Region: name, Partitions: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Apply(ctx, edgetest.Like("item-1", "user-1", "k1", 1, 1)); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	likectl := func(args ...string) (string, string) {
+		t.Helper()
+		var o, e bytes.Buffer
+		if err := run(ctx, args, &o, &e); err != nil {
+			t.Fatalf("likectl %v: %v\n%s%s", args, err, o.String(), e.String())
+		}
+		return o.String(), e.String()
+	}
+	out := filepath.Join(t.TempDir(), "bk")
+	stdout, stderr := likectl("backup", "--data", data, "--regions", "us,eu", "--out", out, "--partitions", "2", "--etcd-snapshot=false")
+	for _, want := range []string{"backup: 0/2 regions checkpointed; us next", "backup: 2/2 regions checkpointed (eu: "} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("backup stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	if !strings.Contains(stdout, "backup of 2 regions") || strings.Contains(stdout, "checkpointed") {
+		t.Errorf("backup stdout is the summary only:\n%s", stdout)
+	}
+	stdout, stderr = likectl("restore", "--from", out, "--data", t.TempDir(), "--region", "us")
+	for _, want := range []string{"restore: copy: ", " files (", "restore: fold log partitions: 2/2 (1 events folded)"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("restore stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	if !strings.Contains(stdout, "restored region us") {
+		t.Errorf("restore stdout: %s", stdout)
+	}
+	out2 := filepath.Join(t.TempDir(), "bk")
+	if _, stderr := likectl("backup", "--quiet", "--data", data, "--regions", "us", "--out", out2, "--partitions", "2", "--etcd-snapshot=false"); stderr != "" {
+		t.Errorf("backup --quiet wrote to stderr: %q", stderr)
+	}
+	if _, stderr := likectl("restore", "--quiet", "--from", out2, "--data", t.TempDir(), "--region", "us"); stderr != "" {
+		t.Errorf("restore --quiet wrote to stderr: %q", stderr)
+	}
+}

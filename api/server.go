@@ -100,7 +100,30 @@ type Admin interface {
 	// Log pages through this region's committed log (for audits and the chaos
 	// checker): events of one partition with Pos > after.
 	Log(ctx context.Context, partition uint32, after uint64, limit int) (any, error)
+	// Backup takes a consistent checkpoint of the region's store and returns
+	// it ready to stream (internal/backupfmt); errors wrap ErrBackupUnsupported
+	// or ErrBackupBusy when that is why.
+	Backup(ctx context.Context) (BackupStream, error)
 }
+
+// BackupStream is a checkpoint taken for GET /v1/admin/backup.
+type BackupStream interface {
+	// WriteTo streams it; beforeFile runs before each file.
+	WriteTo(w io.Writer, beforeFile func()) error
+	// Close removes the checkpoint.
+	Close() error
+}
+
+// Why a backup is refused (the Admin wraps them).
+var (
+	ErrBackupUnsupported = errors.New("api: this region's store has no online backup")
+	ErrBackupBusy        = errors.New("api: a backup of this region is already running")
+)
+
+// backupFileDeadline is how long one file of a backup stream may take to
+// send: the server's write timeout is for ordinary answers, and a backup
+// of many SSTables is one long answer.
+const backupFileDeadline = 10 * time.Minute
 
 // Server is the region's HTTP handler.
 type Server struct {
@@ -150,6 +173,7 @@ func New(cfg Config) (*Server, error) {
 	s.route("GET /v1/admin/status", "status", s.status)
 	s.route("POST /v1/admin/reconcile", "reconcile", s.reconcile)
 	s.route("GET /v1/admin/log", "log", s.log)
+	s.route("GET /v1/admin/backup", "backup", s.backup)
 	s.route("GET /v1/openapi.yaml", "openapi", s.openapi)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "region": cfg.Region})
@@ -180,6 +204,9 @@ func (s *statusRecorder) WriteHeader(code int) {
 	s.code = code
 	s.ResponseWriter.WriteHeader(code)
 }
+
+// Unwrap lets http.ResponseController reach the connection.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 func (s *Server) route(pattern, name string, h handlerFunc) {
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
@@ -747,6 +774,36 @@ func (s *Server) reconcile(w http.ResponseWriter, r *http.Request) *apiError {
 		return errorf(http.StatusConflict, "not_quiescent", err.Error())
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// backup streams a consistent checkpoint of the region's store as a tar
+// (internal/backupfmt). A failure after the first byte cannot become a JSON
+// error: the stream then lacks its END entry, which the reader refuses.
+func (s *Server) backup(w http.ResponseWriter, r *http.Request) *apiError {
+	if e := s.admin(r); e != nil {
+		return e
+	}
+	b, err := s.cfg.Admin.Backup(r.Context())
+	switch {
+	case errors.Is(err, ErrBackupUnsupported):
+		return errorf(http.StatusNotImplemented, "backup_unsupported", err.Error())
+	case errors.Is(err, ErrBackupBusy):
+		return errorf(http.StatusConflict, "backup_in_progress", err.Error())
+	case err != nil:
+		return retryable(http.StatusServiceUnavailable, "unavailable", "backup: "+err.Error(), time.Second)
+	}
+	defer b.Close()
+	w.Header().Set("Content-Type", "application/x-tar")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Disposition", `attachment; filename="`+s.cfg.Region+`.tar"`)
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	// A socket deadline is wall time, whatever clock the server was given.
+	err = b.WriteTo(w, func() { _ = rc.SetWriteDeadline(time.Now().Add(backupFileDeadline)) })
+	if err != nil && s.cfg.Logger != nil {
+		s.cfg.Logger.Warn("backup stream failed", "err", err)
+	}
 	return nil
 }
 

@@ -173,6 +173,7 @@ type Region struct {
 	recount    func(ctx context.Context, item string) (Recount, error)
 	cluster    *clusterParts
 	retainer   *pebblestore.Retainer // nil: no retention (identity.go)
+	backup     backupGate            // one online backup at a time (backup.go)
 	identity   IdentityDecision
 	regions    []string // every region whose watermark bounds asOf
 	recon      *reconciler

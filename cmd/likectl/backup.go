@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/likes-dev/likes/epoch"
 	"github.com/likes-dev/likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/internal/backupfmt"
 	"github.com/likes-dev/likes/pipeline"
 	"github.com/likes-dev/likes/store/pebblestore"
 )
@@ -50,8 +52,12 @@ func backup(ctx context.Context, args []string, e *env) error {
 	stdout := e.stdout
 	fs := flag.NewFlagSet("likectl backup", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
-	data := fs.String("data", "./likes-data", "the data folder (one subfolder per region, as likesd --data)")
-	list := fs.String("regions", "", "regions to back up, comma-separated (required)")
+	data := fs.String("data", "./likes-data", "the data folder (one subfolder per region, as likesd --data): an offline backup of stopped regions")
+	list := fs.String("regions", "", "regions to back up offline, comma-separated (with --data)")
+	urls := fs.String("url", "", "regions' HTTP addresses, comma-separated: an online backup of running regions (GET /v1/admin/backup, an admin token)")
+	var ac adminClient
+	ac.signer.warn = e.stderr
+	ac.register(fs)
 	out := fs.String("out", "", "the backup folder to create (required; must not exist)")
 	parts := fs.Int("partitions", 16, "log partitions of the regions (as likesd --partitions)")
 	snapEtcd := fs.Bool("etcd-snapshot", true, "also save an etcd snapshot (pins, epochs, cluster id, data sets)")
@@ -61,12 +67,21 @@ func backup(ctx context.Context, args []string, e *env) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *out == "" || *list == "" {
-		return errors.New("backup: --out and --regions are required")
+	online := *urls != ""
+	switch {
+	case *out == "":
+		return errors.New("backup: --out is required")
+	case online && *list != "":
+		return errors.New("backup: --url (online) and --regions (offline) exclude each other")
+	case !online && *list == "":
+		return errors.New("backup: --regions (offline, with --data) or --url (online) is required")
 	}
-	names, err := regionList(*list)
-	if err != nil {
-		return fmt.Errorf("backup: %w", err)
+	var names []string
+	if !online {
+		var err error
+		if names, err = regionList(*list); err != nil {
+			return fmt.Errorf("backup: %w", err)
+		}
 	}
 	if _, err := os.Stat(*out); err == nil {
 		return fmt.Errorf("backup: %s exists; a backup goes to a new folder", *out)
@@ -76,6 +91,11 @@ func backup(ctx context.Context, args []string, e *env) error {
 	}
 	m := backupManifest{Format: 1, CreatedMs: time.Now().UnixMilli(), Partitions: *parts}
 	pr := newProgress(e, *quiet, "backup")
+	if online {
+		if err := backupOnline(ctx, &ac, strings.Split(*urls, ","), *out, &m, pr, stdout); err != nil {
+			return err
+		}
+	}
 	for i, name := range names {
 		start := e.clock.Now()
 		pr.step(i, len(names), true, "regions checkpointed; "+name+" next")
@@ -118,8 +138,79 @@ func backup(ctx context.Context, args []string, e *env) error {
 	if err := writeSynced(filepath.Join(*out, manifestFile), append(b, '\n')); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "backup of %d regions in %s\n", len(names), *out)
+	fmt.Fprintf(stdout, "backup of %d regions in %s\n", len(m.Regions), *out)
 	return nil
+}
+
+// backupOnline asks each running region for a checkpoint stream and
+// unpacks it as an offline backup would have written it: <out>/<region>/db
+// and its identity. The stream is validated (internal/backupfmt) before
+// anything is taken for a backup; the regions must agree on the partitions.
+func backupOnline(ctx context.Context, ac *adminClient, urls []string, out string, m *backupManifest, pr *progress, stdout io.Writer) error {
+	hc, err := ac.client()
+	if err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for i, u := range urls {
+		u = strings.TrimRight(strings.TrimSpace(u), "/")
+		start := time.Now()
+		pr.step(i, len(urls), true, "regions streamed; "+u+" next")
+		incoming := filepath.Join(out, fmt.Sprintf(".incoming-%d", i))
+		reg, n, err := fetchBackup(ctx, ac, hc, u, incoming, pr)
+		if err != nil {
+			_ = os.RemoveAll(incoming) // a refused stream is not a backup
+			return fmt.Errorf("backup %s: %w", u, err)
+		}
+		if seen[reg.Name] {
+			return fmt.Errorf("backup %s: region %s twice (two addresses of one region?)", u, reg.Name)
+		}
+		seen[reg.Name] = true
+		if len(m.Regions) == 0 {
+			m.Partitions = reg.Partitions
+		} else if reg.Partitions != m.Partitions {
+			return fmt.Errorf("backup %s: region %s has %d partitions, the others %d", u, reg.Name, reg.Partitions, m.Partitions)
+		}
+		if err := os.Rename(incoming, filepath.Join(out, reg.Name)); err != nil {
+			return fmt.Errorf("backup %s: %w", u, err)
+		}
+		m.Regions = append(m.Regions, backupRegion{Name: reg.Name, Heads: reg.Heads})
+		pr.step(i+1, len(urls), true, fmt.Sprintf("regions streamed (%s: %d bytes)", reg.Name, n))
+		fmt.Fprintf(stdout, "region %s: online checkpoint from %s in %v\n", reg.Name, u, time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
+
+func fetchBackup(ctx context.Context, ac *adminClient, hc *http.Client, url, dst string, pr *progress) (backupfmt.Region, int64, error) {
+	var reg backupfmt.Region
+	// The token is checked when the request starts, not while it streams.
+	tok, err := ac.sign("likectl", true, time.Minute)
+	if err != nil {
+		return reg, 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/v1/admin/backup", nil)
+	if err != nil {
+		return reg, 0, usagef("--url %s: %v", url, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return reg, 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		return reg, 0, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/x-tar" {
+		return reg, 0, fmt.Errorf("answered %q, not a backup stream (application/x-tar)", ct)
+	}
+	var total int64
+	reg, err = backupfmt.Extract(resp.Body, dst, func(files int, bytes int64) {
+		total = bytes
+		pr.step(files, -1, false, fmt.Sprintf("files received (%d bytes)", bytes))
+	})
+	return reg, total, err
 }
 
 func backupRegionFolder(src, dst, name string, parts int) (backupRegion, error) {
@@ -396,8 +487,8 @@ func backupCommand(ctx context.Context, args []string, e *env) error {
 
 func init() {
 	for _, c := range []struct{ name, summary, usage string }{
-		{"backup", "a consistent copy of stopped regions' data folders and etcd, with a manifest (--data --regions --out)",
-			"backup --data DIR --regions R1,R2 --out DIR [--etcd URL] [--etcd-snapshot=false] [--quiet]"},
+		{"backup", "a consistent copy of regions' stores and etcd, with a manifest: running regions (--url) or stopped ones (--data --regions)",
+			"backup --url URL1,URL2 --out DIR [--etcd URL] [--etcd-snapshot=false] [--quiet]\n       likectl backup --data DIR --regions R1,R2 --out DIR [--etcd URL] [--etcd-snapshot=false] [--quiet]"},
 		{"restore", "restore one region's folder from a backup; it then rebuilds from its peers (--from --data --region)",
 			"restore --from DIR --data DIR --region NAME [--peers R1,R2] [--quiet]"},
 	} {
@@ -405,7 +496,7 @@ func init() {
 		extraCommands = append(extraCommands, &command{
 			name:     name,
 			summary:  summary,
-			rawFlags: []string{"data", "regions", "out", "from", "region", "partitions", "etcd", "etcd-snapshot", "dial-timeout", "quiet", "peers"},
+			rawFlags: []string{"data", "regions", "out", "from", "region", "partitions", "etcd", "etcd-snapshot", "dial-timeout", "quiet", "peers", "url", "private-key", "iss", "aud", "kid", "http-cacert"},
 			raw: func(ctx context.Context, args []string, e *env) error {
 				full := append([]string{name}, args...)
 				if hasHelp(args) { // help on stdout, exit 0, no network

@@ -48,6 +48,10 @@ var rules = []rule{
 		Reason: "cluster metadata is a pure codec and its checks; etcdepoch reads and writes it",
 	},
 	{
+		From: []string{"github.com/likes-dev/likes/internal/backupfmt"}, Deny: []string{"github.com/likes-dev/likes/..."},
+		Reason: "the backup stream is a codec read by likectl from a remote region: no store, no network, nothing of ours",
+	},
+	{
 		From: []string{"github.com/likes-dev/likes/sim/..."}, Deny: []string{"go.etcd.io/...", "github.com/likes-dev/likes/epoch/etcdepoch/...", "github.com/likes-dev/likes/epoch/etcdembed/..."},
 		Reason: "the simulation simulates etcd; it runs the pure pin rule, never an etcd server or client",
 	},

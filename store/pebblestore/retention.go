@@ -67,6 +67,7 @@ type RetentionStats struct {
 	OutboxDeleted uint64 // outbox entries deleted
 	DedupeDeleted uint64 // dedupe entries pruned
 	IdemDeleted   uint64 // expired idempotency records deleted
+	IdemScanned   uint64 // idempotency records looked at
 	More          bool   // the last round stopped at its Scan bound somewhere
 	LastRound     time.Time
 	LastError     string
@@ -81,6 +82,7 @@ func (a *RetentionStats) add(b RetentionStats) {
 	a.OutboxDeleted += b.OutboxDeleted
 	a.DedupeDeleted += b.DedupeDeleted
 	a.IdemDeleted += b.IdemDeleted
+	a.IdemScanned += b.IdemScanned
 	a.More = b.More
 	a.LogFloors = b.LogFloors
 	a.OutboxFloor = b.OutboxFloor
@@ -230,8 +232,9 @@ func (s *Store) Retain(ctx context.Context, in RetentionRound) (RetentionStats, 
 		st.More = st.More || more
 		errs = append(errs, err)
 	}
-	n, more, err := s.sweepIdem(ctx, in)
+	n, scanned, more, err := s.sweepIdem(ctx, in)
 	st.IdemDeleted += n
+	st.IdemScanned += scanned
 	st.More = st.More || more
 	errs = append(errs, err)
 	s.mu.Lock()
@@ -419,14 +422,14 @@ func (s *Store) pruneDedupe(in RetentionRound, cutoff int64) (uint64, bool, erro
 // candidates are found outside the writer; the deletion runs in the writer
 // loop, ordered with Apply, and checks each record again there, so a record
 // rewritten meanwhile stays.
-func (s *Store) sweepIdem(ctx context.Context, in RetentionRound) (uint64, bool, error) {
+func (s *Store) sweepIdem(ctx context.Context, in RetentionRound) (deleted, scanned uint64, more bool, err error) {
 	start := s.idemResume
 	if start == nil {
 		start = []byte{'i'}
 	}
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: []byte{'j'}})
 	if err != nil {
-		return 0, false, err
+		return 0, 0, false, err
 	}
 	limit := in.Now.Add(-idemGrace).UnixMilli()
 	var cands [][]byte
@@ -441,16 +444,15 @@ func (s *Store) sweepIdem(ctx context.Context, in RetentionRound) (uint64, bool,
 		r, err := decodeIdem("", "", it.Value())
 		if err != nil {
 			_ = it.Close()
-			return 0, false, wrapCorrupt("idempotency record", it.Key(), err)
+			return 0, 0, false, wrapCorrupt("idempotency record", it.Key(), err)
 		}
 		if r.ExpiresAt <= limit {
 			cands = append(cands, append([]byte(nil), it.Key()...))
 		}
 	}
 	if err := errors.Join(it.Error(), it.Close()); err != nil {
-		return 0, false, err
+		return 0, 0, false, err
 	}
-	var deleted uint64
 	if len(cands) > 0 {
 		_, err := s.submit(ctx, &op{fn: func(b *pebble.Batch, _ *batchWriter) error {
 			deleted = 0
@@ -467,11 +469,36 @@ func (s *Store) sweepIdem(ctx context.Context, in RetentionRound) (uint64, bool,
 			return nil
 		}})
 		if err != nil {
-			return 0, false, err
+			return 0, 0, false, err
 		}
 	}
 	s.idemResume = next
-	return deleted, next != nil, nil
+	s.idemPassKeys += int64(n)
+	if next == nil { // wrapped: the pass is complete
+		s.idemLastPass, s.idemPassKeys = s.idemPassKeys, 0
+	}
+	return deleted, uint64(n), next != nil, nil
+}
+
+// IdemEstimate estimates how many idempotency records the store holds, for
+// the Retainer's sweep budget: the last complete pass's count (or the
+// current pass's, when larger); during the first pass, the keys seen so far
+// scaled by the share of the records' disk space they cover. Only Retain's
+// caller may call it.
+func (s *Store) IdemEstimate() int64 {
+	if s.idemLastPass > 0 {
+		return max(s.idemLastPass, s.idemPassKeys)
+	}
+	db := s.db.raw()
+	if db == nil || s.idemPassKeys == 0 || s.idemResume == nil {
+		return s.idemPassKeys
+	}
+	total, err1 := db.EstimateDiskUsage([]byte{'i'}, []byte{'j'})
+	covered, err2 := db.EstimateDiskUsage([]byte{'i'}, s.idemResume)
+	if err1 != nil || err2 != nil || covered == 0 || total <= covered {
+		return s.idemPassKeys
+	}
+	return int64(float64(s.idemPassKeys) * float64(total) / float64(covered))
 }
 
 // KeyCounts counts the database's keys by kind (for tests, the simulation and

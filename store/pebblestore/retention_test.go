@@ -311,3 +311,50 @@ func TestRetainerLoop(t *testing.T) {
 		t.Fatal("negative retention accepted")
 	}
 }
+
+// TestRetainerSweepKeepsUp: the idempotency sweep's work per interval
+// follows the number of records (records × Interval ÷ IdemPass), not a
+// fixed cap, so a pass never takes longer than IdemPass at any write rate:
+// here 2 000 expired records, 4 per round, a pass of two intervals. The
+// former fixed cap (64 rounds an interval) needed 8.
+func TestRetainerSweepKeepsUp(t *testing.T) {
+	f := newRetFixture(t, 1)
+	const n = 2000
+	for i := 0; i < n; i++ {
+		f.write(fmt.Sprintf("i%d", i%10), fmt.Sprintf("u%d", i), crdt.Liked)
+	}
+	if err := f.st.CompactAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r, err := pebblestore.NewManualRetainer(pebblestore.RetainerConfig{Store: f.st, Clock: f.clk, Retention: 7 * day,
+		Interval: time.Minute, IdemPass: 2 * time.Minute, Scan: 4, KeepLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.clk.Advance(day + 2*time.Minute)
+	var scanned []uint64
+	for i := 0; i < 3 && r.Stats().IdemDeleted < n; i++ {
+		before := r.Stats().IdemScanned
+		if failing := r.Interval(context.Background(), false); failing {
+			t.Fatalf("interval %d failed: %+v", i, r.Stats())
+		}
+		scanned = append(scanned, r.Stats().IdemScanned-before)
+	}
+	if got := r.Stats().IdemDeleted; got != n {
+		t.Fatalf("deleted %d of %d expired records in %d intervals (scanned %v)", got, n, len(scanned), scanned)
+	}
+	if len(scanned) > 2 {
+		t.Fatalf("the pass took %d intervals (scanned %v), want at most 2 (IdemPass)", len(scanned), scanned)
+	}
+	for _, s := range scanned {
+		if s > n+4 {
+			t.Fatalf("an interval scanned %d records: more than one pass (%v)", s, scanned)
+		}
+	}
+	if c := f.counts(); c["idempotency"] != 0 {
+		t.Fatalf("records left: %v", c)
+	}
+	if _, err := pebblestore.NewManualRetainer(pebblestore.RetainerConfig{Store: f.st, IdemPass: -time.Hour}); err == nil {
+		t.Fatal("a negative IdemPass accepted")
+	}
+}

@@ -110,8 +110,10 @@ type Store struct {
 
 	rebuild map[string]bool // peers a rebuild waits for (rebuild.go)
 
-	// Owned by Retain's one caller: where the dedupe and idempotency sweeps resume.
-	dedupeResume, idemResume []byte
+	// Owned by Retain's one caller: where the dedupe and idempotency sweeps
+	// resume, and the sweep's pass so far (IdemEstimate).
+	dedupeResume, idemResume   []byte
+	idemPassKeys, idemLastPass int64
 
 	cellMu  sync.Mutex // serializes fenced cell commits and cell merges
 	cellSeq uint64     // last cell outbox sequence (guarded by cellMu)

@@ -79,8 +79,9 @@
 //     retention truncation point fails with pipeline.ErrTruncated; the Sender
 //     marks the peer Behind and its driver catches it up from a snapshot
 //     (Sender.Snapshot → Server.Snapshot, validated like a push, applied
-//     through the Sink's SnapshotSink), then ships the log from the
-//     snapshot's mark. A peer whose cursor is past this region's head
+//     through the Sink's SnapshotSink; over protocol 2 its own Snapshot
+//     method, snapshot2.go, falling back to version 1 for that call only when
+//     an older peer lacks it), then ships the log from the snapshot's mark. A peer whose cursor is past this region's head
 //     (restored or rebuilt data here) gets nothing but ErrPeerAhead.
 //   - Partition counts must match: a push or digest from a region with another
 //     Partitions is refused with codes.FailedPrecondition. Protocol versions

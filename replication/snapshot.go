@@ -319,6 +319,15 @@ func (t *GRPCTransport) Snapshot(ctx context.Context, peer Peer, b SnapshotBatch
 	if err != nil {
 		return Cursor{}, err
 	}
+	v, err := t.version(peer)
+	if err != nil {
+		return Cursor{}, err
+	}
+	if v >= 2 {
+		if cur, ok, err := t.snapshotV2(ctx, peer, b); ok { // snapshot2.go
+			return cur, err
+		}
+	}
 	var out snapshotResponse
 	if err := cc.Invoke(ctx, methodSnapshot, &snapshotRequest{V: ProtocolVersion, SnapshotBatch: b}, &out); err != nil {
 		return Cursor{}, err

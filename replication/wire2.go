@@ -8,7 +8,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/likes-dev/likes/crdt"
 	"github.com/likes-dev/likes/internal/peerpb"
 )
 
@@ -72,6 +71,7 @@ var serviceDescV2 = grpc.ServiceDesc{
 			}
 			return &peerpb.HeadsResponse{Protocol: 2, Log: resp.Log}, nil
 		})},
+		{MethodName: "Snapshot", Handler: unaryV2(methodSnapshotV2, handleSnapshotV2)}, // snapshot2.go
 	},
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "internal/peerpb/peer.proto",
@@ -145,14 +145,7 @@ func batchToPB(b Batch) *peerpb.Batch {
 		}
 		out.Parts = append(out.Parts, p)
 	}
-	for _, c := range b.Cells {
-		region := c.Key.Region
-		if region == b.From {
-			region = ""
-		}
-		out.Cells = append(out.Cells, &peerpb.CellState{Item: c.Key.Item, Region: region, Shard: c.Key.Shard,
-			P: c.Cell.P, N: c.Cell.N, Hwm: c.Cell.HWM, Watermark: c.Cell.Watermark})
-	}
+	out.Cells = cellsToPB(b.Cells, b.From)
 	return out
 }
 
@@ -183,14 +176,7 @@ func batchFromPB(in *peerpb.Batch) (Batch, error) {
 		}
 		b.Parts = append(b.Parts, pb)
 	}
-	for _, c := range in.GetCells() {
-		region := c.GetRegion()
-		if region == "" {
-			region = b.From
-		}
-		b.Cells = append(b.Cells, CellState{Key: crdt.CellKey{Item: c.GetItem(), Region: region, Shard: c.GetShard()},
-			Cell: crdt.Cell{P: c.GetP(), N: c.GetN(), HWM: c.GetHwm(), Watermark: c.GetWatermark()}})
-	}
+	b.Cells = cellsFromPB(in.GetCells(), b.From)
 	return b, nil
 }
 

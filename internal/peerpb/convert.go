@@ -24,11 +24,7 @@ func FromEvent(ev edge.Event, prev uint64, base int64) *Event {
 		EventTime: ev.EventTime - base, Kind: uint32(ev.Kind)}
 	if r := ev.Idem; r != nil {
 		e.Idem = &IdemRef{Key: r.Key, ExpiresAt: r.ExpiresAt - ev.EventTime, Liked: r.Liked, Changed: r.Changed}
-		if raw, ok := hexFingerprint(r.Fingerprint); ok {
-			e.Idem.FingerprintRaw = raw
-		} else {
-			e.Idem.Fingerprint = r.Fingerprint
-		}
+		e.Idem.Fingerprint, e.Idem.FingerprintRaw = EncodeFingerprint(r.Fingerprint)
 	}
 	return e
 }
@@ -51,16 +47,35 @@ func (e *Event) ToEvent(p uint32, prev uint64, base int64) (edge.Event, error) {
 		EventTime: t, Kind: edge.Kind(e.GetKind())}
 	if r := e.GetIdem(); r != nil {
 		x := t + r.GetExpiresAt()
-		fp := r.GetFingerprint()
-		if raw := r.GetFingerprintRaw(); len(raw) > 0 {
-			if fp != "" || len(raw) != 16 {
-				return edge.Event{}, fmt.Errorf("%w: a fingerprint in both forms, or a raw one of %d bytes", ErrBadMessage, len(raw))
-			}
-			fp = hex.EncodeToString(raw)
+		fp, err := DecodeFingerprint(r.GetFingerprint(), r.GetFingerprintRaw())
+		if err != nil {
+			return edge.Event{}, err
 		}
 		ev.Idem = &edge.IdemRef{Key: r.GetKey(), Fingerprint: fp, ExpiresAt: x, Liked: r.GetLiked(), Changed: r.GetChanged()}
 	}
 	return ev, nil
+}
+
+// EncodeFingerprint splits a fingerprint into its two wire forms: the 16
+// bytes of 32 lower-case hex digits (edge.Fingerprint) in raw, anything else
+// as the string.
+func EncodeFingerprint(fp string) (s string, raw []byte) {
+	if raw, ok := hexFingerprint(fp); ok {
+		return "", raw
+	}
+	return fp, nil
+}
+
+// DecodeFingerprint is EncodeFingerprint's inverse; both forms at once, or a
+// raw one of other than 16 bytes, is a bad message.
+func DecodeFingerprint(s string, raw []byte) (string, error) {
+	if len(raw) == 0 {
+		return s, nil
+	}
+	if s != "" || len(raw) != 16 {
+		return "", fmt.Errorf("%w: a fingerprint in both forms, or a raw one of %d bytes", ErrBadMessage, len(raw))
+	}
+	return hex.EncodeToString(raw), nil
 }
 
 // hexFingerprint returns the 16 bytes of a fingerprint written as 32

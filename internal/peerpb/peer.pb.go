@@ -962,6 +962,522 @@ func (x *HeadsResponse) GetLog() []uint64 {
 	return nil
 }
 
+// SnapEdge is one edge of a snapshot.
+type SnapEdge struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Item  string                 `protobuf:"bytes,1,opt,name=item,proto3" json:"item,omitempty"`
+	User  string                 `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
+	State uint32                 `protobuf:"varint,3,opt,name=state,proto3" json:"state,omitempty"`
+	Epoch uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Op    uint64                 `protobuf:"varint,5,opt,name=op,proto3" json:"op,omitempty"`
+	// updated_at is Unix ms.
+	UpdatedAt     int64 `protobuf:"varint,6,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapEdge) Reset() {
+	*x = SnapEdge{}
+	mi := &file_peer_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapEdge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapEdge) ProtoMessage() {}
+
+func (x *SnapEdge) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapEdge.ProtoReflect.Descriptor instead.
+func (*SnapEdge) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SnapEdge) GetItem() string {
+	if x != nil {
+		return x.Item
+	}
+	return ""
+}
+
+func (x *SnapEdge) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *SnapEdge) GetState() uint32 {
+	if x != nil {
+		return x.State
+	}
+	return 0
+}
+
+func (x *SnapEdge) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *SnapEdge) GetOp() uint64 {
+	if x != nil {
+		return x.Op
+	}
+	return 0
+}
+
+func (x *SnapEdge) GetUpdatedAt() int64 {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return 0
+}
+
+// SnapRecord is one idempotency record of a snapshot (fingerprint as in IdemRef).
+type SnapRecord struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	User           string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	Key            string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Fingerprint    string                 `protobuf:"bytes,3,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	FingerprintRaw []byte                 `protobuf:"bytes,4,opt,name=fingerprint_raw,json=fingerprintRaw,proto3" json:"fingerprint_raw,omitempty"`
+	// expires_at is Unix ms.
+	ExpiresAt     int64 `protobuf:"varint,5,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	Liked         bool  `protobuf:"varint,6,opt,name=liked,proto3" json:"liked,omitempty"`
+	Changed       bool  `protobuf:"varint,7,opt,name=changed,proto3" json:"changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapRecord) Reset() {
+	*x = SnapRecord{}
+	mi := &file_peer_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapRecord) ProtoMessage() {}
+
+func (x *SnapRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapRecord.ProtoReflect.Descriptor instead.
+func (*SnapRecord) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SnapRecord) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *SnapRecord) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *SnapRecord) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *SnapRecord) GetFingerprintRaw() []byte {
+	if x != nil {
+		return x.FingerprintRaw
+	}
+	return nil
+}
+
+func (x *SnapRecord) GetExpiresAt() int64 {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return 0
+}
+
+func (x *SnapRecord) GetLiked() bool {
+	if x != nil {
+		return x.Liked
+	}
+	return false
+}
+
+func (x *SnapRecord) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+// SnapErasure is one erasure mark: started (done false) or finished at `at` (Unix ms).
+type SnapErasure struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	Done          bool                   `protobuf:"varint,2,opt,name=done,proto3" json:"done,omitempty"`
+	At            int64                  `protobuf:"varint,3,opt,name=at,proto3" json:"at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapErasure) Reset() {
+	*x = SnapErasure{}
+	mi := &file_peer_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapErasure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapErasure) ProtoMessage() {}
+
+func (x *SnapErasure) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapErasure.ProtoReflect.Descriptor instead.
+func (*SnapErasure) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SnapErasure) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *SnapErasure) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *SnapErasure) GetAt() int64 {
+	if x != nil {
+		return x.At
+	}
+	return 0
+}
+
+type SnapshotChunk struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Edges    []*SnapEdge            `protobuf:"bytes,1,rep,name=edges,proto3" json:"edges,omitempty"`
+	Records  []*SnapRecord          `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	Erasures []*SnapErasure         `protobuf:"bytes,3,rep,name=erasures,proto3" json:"erasures,omitempty"`
+	// cells: the sender's own (region empty: the sender).
+	Cells []*CellState `protobuf:"bytes,4,rep,name=cells,proto3" json:"cells,omitempty"`
+	// your_cells: the receiver's own cells as the sender holds them (a rebuild).
+	YourCells     []*CellState `protobuf:"bytes,5,rep,name=your_cells,json=yourCells,proto3" json:"your_cells,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotChunk) Reset() {
+	*x = SnapshotChunk{}
+	mi := &file_peer_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotChunk) ProtoMessage() {}
+
+func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
+func (*SnapshotChunk) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SnapshotChunk) GetEdges() []*SnapEdge {
+	if x != nil {
+		return x.Edges
+	}
+	return nil
+}
+
+func (x *SnapshotChunk) GetRecords() []*SnapRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *SnapshotChunk) GetErasures() []*SnapErasure {
+	if x != nil {
+		return x.Erasures
+	}
+	return nil
+}
+
+func (x *SnapshotChunk) GetCells() []*CellState {
+	if x != nil {
+		return x.Cells
+	}
+	return nil
+}
+
+func (x *SnapshotChunk) GetYourCells() []*CellState {
+	if x != nil {
+		return x.YourCells
+	}
+	return nil
+}
+
+type SnapshotMark struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Log           []uint64               `protobuf:"varint,1,rep,packed,name=log,proto3" json:"log,omitempty"`
+	Cells         uint64                 `protobuf:"varint,2,opt,name=cells,proto3" json:"cells,omitempty"`
+	YourLog       []uint64               `protobuf:"varint,3,rep,packed,name=your_log,json=yourLog,proto3" json:"your_log,omitempty"`
+	YourCells     uint64                 `protobuf:"varint,4,opt,name=your_cells,json=yourCells,proto3" json:"your_cells,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotMark) Reset() {
+	*x = SnapshotMark{}
+	mi := &file_peer_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotMark) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotMark) ProtoMessage() {}
+
+func (x *SnapshotMark) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotMark.ProtoReflect.Descriptor instead.
+func (*SnapshotMark) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SnapshotMark) GetLog() []uint64 {
+	if x != nil {
+		return x.Log
+	}
+	return nil
+}
+
+func (x *SnapshotMark) GetCells() uint64 {
+	if x != nil {
+		return x.Cells
+	}
+	return 0
+}
+
+func (x *SnapshotMark) GetYourLog() []uint64 {
+	if x != nil {
+		return x.YourLog
+	}
+	return nil
+}
+
+func (x *SnapshotMark) GetYourCells() uint64 {
+	if x != nil {
+		return x.YourCells
+	}
+	return 0
+}
+
+// SnapshotRequest carries one chunk, or (done set) the mark that ends the snapshot.
+type SnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Protocol      uint32                 `protobuf:"varint,1,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	From          string                 `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	Partitions    uint32                 `protobuf:"varint,3,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	Chunk         *SnapshotChunk         `protobuf:"bytes,4,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Done          *SnapshotMark          `protobuf:"bytes,5,opt,name=done,proto3" json:"done,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotRequest) Reset() {
+	*x = SnapshotRequest{}
+	mi := &file_peer_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotRequest) ProtoMessage() {}
+
+func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
+func (*SnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SnapshotRequest) GetProtocol() uint32 {
+	if x != nil {
+		return x.Protocol
+	}
+	return 0
+}
+
+func (x *SnapshotRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *SnapshotRequest) GetPartitions() uint32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return 0
+}
+
+func (x *SnapshotRequest) GetChunk() *SnapshotChunk {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
+func (x *SnapshotRequest) GetDone() *SnapshotMark {
+	if x != nil {
+		return x.Done
+	}
+	return nil
+}
+
+type SnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Protocol      uint32                 `protobuf:"varint,1,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	Cursor        *Cursor                `protobuf:"bytes,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotResponse) Reset() {
+	*x = SnapshotResponse{}
+	mi := &file_peer_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotResponse) ProtoMessage() {}
+
+func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
+func (*SnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *SnapshotResponse) GetProtocol() uint32 {
+	if x != nil {
+		return x.Protocol
+	}
+	return 0
+}
+
+func (x *SnapshotResponse) GetCursor() *Cursor {
+	if x != nil {
+		return x.Cursor
+	}
+	return nil
+}
+
 type ForwardRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Protocol      uint32                 `protobuf:"varint,1,opt,name=protocol,proto3" json:"protocol,omitempty"`
@@ -977,7 +1493,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_peer_proto_msgTypes[13]
+	mi := &file_peer_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1505,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[13]
+	mi := &file_peer_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1518,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{13}
+	return file_peer_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ForwardRequest) GetProtocol() uint32 {
@@ -1073,7 +1589,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_peer_proto_msgTypes[14]
+	mi := &file_peer_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1085,7 +1601,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[14]
+	mi := &file_peer_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1098,7 +1614,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{14}
+	return file_peer_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ForwardResponse) GetProtocol() uint32 {
@@ -1187,7 +1703,7 @@ type ErasureJob struct {
 
 func (x *ErasureJob) Reset() {
 	*x = ErasureJob{}
-	mi := &file_peer_proto_msgTypes[15]
+	mi := &file_peer_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1199,7 +1715,7 @@ func (x *ErasureJob) String() string {
 func (*ErasureJob) ProtoMessage() {}
 
 func (x *ErasureJob) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[15]
+	mi := &file_peer_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1212,7 +1728,7 @@ func (x *ErasureJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErasureJob.ProtoReflect.Descriptor instead.
 func (*ErasureJob) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{15}
+	return file_peer_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ErasureJob) GetUser() string {
@@ -1284,7 +1800,7 @@ type ErasureRequest struct {
 
 func (x *ErasureRequest) Reset() {
 	*x = ErasureRequest{}
-	mi := &file_peer_proto_msgTypes[16]
+	mi := &file_peer_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1296,7 +1812,7 @@ func (x *ErasureRequest) String() string {
 func (*ErasureRequest) ProtoMessage() {}
 
 func (x *ErasureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[16]
+	mi := &file_peer_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1309,7 +1825,7 @@ func (x *ErasureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErasureRequest.ProtoReflect.Descriptor instead.
 func (*ErasureRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{16}
+	return file_peer_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ErasureRequest) GetProtocol() uint32 {
@@ -1353,7 +1869,7 @@ type ErasureResponse struct {
 
 func (x *ErasureResponse) Reset() {
 	*x = ErasureResponse{}
-	mi := &file_peer_proto_msgTypes[17]
+	mi := &file_peer_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1365,7 +1881,7 @@ func (x *ErasureResponse) String() string {
 func (*ErasureResponse) ProtoMessage() {}
 
 func (x *ErasureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[17]
+	mi := &file_peer_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1378,7 +1894,7 @@ func (x *ErasureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErasureResponse.ProtoReflect.Descriptor instead.
 func (*ErasureResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{17}
+	return file_peer_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ErasureResponse) GetProtocol() uint32 {
@@ -1428,7 +1944,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_peer_proto_msgTypes[18]
+	mi := &file_peer_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1956,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[18]
+	mi := &file_peer_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1969,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{18}
+	return file_peer_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReadRequest) GetProtocol() uint32 {
@@ -1496,7 +2012,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_peer_proto_msgTypes[19]
+	mi := &file_peer_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1508,7 +2024,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[19]
+	mi := &file_peer_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1521,7 +2037,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{19}
+	return file_peer_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReadResponse) GetProtocol() uint32 {
@@ -1639,7 +2155,53 @@ const file_peer_proto_rawDesc = "" +
 	"\x04pins\x18\x04 \x03(\v2\x15.likes.peer.v2.PinRefR\x04pins\"=\n" +
 	"\rHeadsResponse\x12\x1a\n" +
 	"\bprotocol\x18\x01 \x01(\rR\bprotocol\x12\x10\n" +
-	"\x03log\x18\x02 \x03(\x04R\x03log\"\xaf\x01\n" +
+	"\x03log\x18\x02 \x03(\x04R\x03log\"\x8d\x01\n" +
+	"\bSnapEdge\x12\x12\n" +
+	"\x04item\x18\x01 \x01(\tR\x04item\x12\x12\n" +
+	"\x04user\x18\x02 \x01(\tR\x04user\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\rR\x05state\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x0e\n" +
+	"\x02op\x18\x05 \x01(\x04R\x02op\x12\x1d\n" +
+	"\n" +
+	"updated_at\x18\x06 \x01(\x03R\tupdatedAt\"\xcc\x01\n" +
+	"\n" +
+	"SnapRecord\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12 \n" +
+	"\vfingerprint\x18\x03 \x01(\tR\vfingerprint\x12'\n" +
+	"\x0ffingerprint_raw\x18\x04 \x01(\fR\x0efingerprintRaw\x12\x1d\n" +
+	"\n" +
+	"expires_at\x18\x05 \x01(\x03R\texpiresAt\x12\x14\n" +
+	"\x05liked\x18\x06 \x01(\bR\x05liked\x12\x18\n" +
+	"\achanged\x18\a \x01(\bR\achanged\"E\n" +
+	"\vSnapErasure\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12\x12\n" +
+	"\x04done\x18\x02 \x01(\bR\x04done\x12\x0e\n" +
+	"\x02at\x18\x03 \x01(\x03R\x02at\"\x94\x02\n" +
+	"\rSnapshotChunk\x12-\n" +
+	"\x05edges\x18\x01 \x03(\v2\x17.likes.peer.v2.SnapEdgeR\x05edges\x123\n" +
+	"\arecords\x18\x02 \x03(\v2\x19.likes.peer.v2.SnapRecordR\arecords\x126\n" +
+	"\berasures\x18\x03 \x03(\v2\x1a.likes.peer.v2.SnapErasureR\berasures\x12.\n" +
+	"\x05cells\x18\x04 \x03(\v2\x18.likes.peer.v2.CellStateR\x05cells\x127\n" +
+	"\n" +
+	"your_cells\x18\x05 \x03(\v2\x18.likes.peer.v2.CellStateR\tyourCells\"p\n" +
+	"\fSnapshotMark\x12\x10\n" +
+	"\x03log\x18\x01 \x03(\x04R\x03log\x12\x14\n" +
+	"\x05cells\x18\x02 \x01(\x04R\x05cells\x12\x19\n" +
+	"\byour_log\x18\x03 \x03(\x04R\ayourLog\x12\x1d\n" +
+	"\n" +
+	"your_cells\x18\x04 \x01(\x04R\tyourCells\"\xc6\x01\n" +
+	"\x0fSnapshotRequest\x12\x1a\n" +
+	"\bprotocol\x18\x01 \x01(\rR\bprotocol\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x03 \x01(\rR\n" +
+	"partitions\x122\n" +
+	"\x05chunk\x18\x04 \x01(\v2\x1c.likes.peer.v2.SnapshotChunkR\x05chunk\x12/\n" +
+	"\x04done\x18\x05 \x01(\v2\x1b.likes.peer.v2.SnapshotMarkR\x04done\"]\n" +
+	"\x10SnapshotResponse\x12\x1a\n" +
+	"\bprotocol\x18\x01 \x01(\rR\bprotocol\x12-\n" +
+	"\x06cursor\x18\x02 \x01(\v2\x15.likes.peer.v2.CursorR\x06cursor\"\xaf\x01\n" +
 	"\x0eForwardRequest\x12\x1a\n" +
 	"\bprotocol\x18\x01 \x01(\rR\bprotocol\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x12\n" +
@@ -1692,11 +2254,12 @@ const file_peer_proto_rawDesc = "" +
 	"\bprotocol\x18\x01 \x01(\rR\bprotocol\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x0e\n" +
 	"\x02op\x18\x03 \x01(\x04R\x02op\x12\x14\n" +
-	"\x05state\x18\x04 \x01(\rR\x05state2\xd9\x01\n" +
+	"\x05state\x18\x04 \x01(\rR\x05state2\xa6\x02\n" +
 	"\vReplication\x12?\n" +
 	"\x04Push\x12\x1a.likes.peer.v2.PushRequest\x1a\x1b.likes.peer.v2.PushResponse\x12E\n" +
 	"\x06Digest\x12\x1c.likes.peer.v2.DigestRequest\x1a\x1d.likes.peer.v2.DigestResponse\x12B\n" +
-	"\x05Heads\x12\x1b.likes.peer.v2.HeadsRequest\x1a\x1c.likes.peer.v2.HeadsResponse2\xda\x01\n" +
+	"\x05Heads\x12\x1b.likes.peer.v2.HeadsRequest\x1a\x1c.likes.peer.v2.HeadsResponse\x12K\n" +
+	"\bSnapshot\x12\x1e.likes.peer.v2.SnapshotRequest\x1a\x1f.likes.peer.v2.SnapshotResponse2\xda\x01\n" +
 	"\aForward\x12D\n" +
 	"\x03Set\x12\x1d.likes.peer.v2.ForwardRequest\x1a\x1e.likes.peer.v2.ForwardResponse\x12H\n" +
 	"\aErasure\x12\x1d.likes.peer.v2.ErasureRequest\x1a\x1e.likes.peer.v2.ErasureResponse\x12?\n" +
@@ -1714,28 +2277,35 @@ func file_peer_proto_rawDescGZIP() []byte {
 	return file_peer_proto_rawDescData
 }
 
-var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_peer_proto_goTypes = []any{
-	(*IdemRef)(nil),         // 0: likes.peer.v2.IdemRef
-	(*Event)(nil),           // 1: likes.peer.v2.Event
-	(*Part)(nil),            // 2: likes.peer.v2.Part
-	(*CellState)(nil),       // 3: likes.peer.v2.CellState
-	(*Batch)(nil),           // 4: likes.peer.v2.Batch
-	(*Cursor)(nil),          // 5: likes.peer.v2.Cursor
-	(*PushRequest)(nil),     // 6: likes.peer.v2.PushRequest
-	(*PushResponse)(nil),    // 7: likes.peer.v2.PushResponse
-	(*DigestRequest)(nil),   // 8: likes.peer.v2.DigestRequest
-	(*DigestResponse)(nil),  // 9: likes.peer.v2.DigestResponse
-	(*PinRef)(nil),          // 10: likes.peer.v2.PinRef
-	(*HeadsRequest)(nil),    // 11: likes.peer.v2.HeadsRequest
-	(*HeadsResponse)(nil),   // 12: likes.peer.v2.HeadsResponse
-	(*ForwardRequest)(nil),  // 13: likes.peer.v2.ForwardRequest
-	(*ForwardResponse)(nil), // 14: likes.peer.v2.ForwardResponse
-	(*ErasureJob)(nil),      // 15: likes.peer.v2.ErasureJob
-	(*ErasureRequest)(nil),  // 16: likes.peer.v2.ErasureRequest
-	(*ErasureResponse)(nil), // 17: likes.peer.v2.ErasureResponse
-	(*ReadRequest)(nil),     // 18: likes.peer.v2.ReadRequest
-	(*ReadResponse)(nil),    // 19: likes.peer.v2.ReadResponse
+	(*IdemRef)(nil),          // 0: likes.peer.v2.IdemRef
+	(*Event)(nil),            // 1: likes.peer.v2.Event
+	(*Part)(nil),             // 2: likes.peer.v2.Part
+	(*CellState)(nil),        // 3: likes.peer.v2.CellState
+	(*Batch)(nil),            // 4: likes.peer.v2.Batch
+	(*Cursor)(nil),           // 5: likes.peer.v2.Cursor
+	(*PushRequest)(nil),      // 6: likes.peer.v2.PushRequest
+	(*PushResponse)(nil),     // 7: likes.peer.v2.PushResponse
+	(*DigestRequest)(nil),    // 8: likes.peer.v2.DigestRequest
+	(*DigestResponse)(nil),   // 9: likes.peer.v2.DigestResponse
+	(*PinRef)(nil),           // 10: likes.peer.v2.PinRef
+	(*HeadsRequest)(nil),     // 11: likes.peer.v2.HeadsRequest
+	(*HeadsResponse)(nil),    // 12: likes.peer.v2.HeadsResponse
+	(*SnapEdge)(nil),         // 13: likes.peer.v2.SnapEdge
+	(*SnapRecord)(nil),       // 14: likes.peer.v2.SnapRecord
+	(*SnapErasure)(nil),      // 15: likes.peer.v2.SnapErasure
+	(*SnapshotChunk)(nil),    // 16: likes.peer.v2.SnapshotChunk
+	(*SnapshotMark)(nil),     // 17: likes.peer.v2.SnapshotMark
+	(*SnapshotRequest)(nil),  // 18: likes.peer.v2.SnapshotRequest
+	(*SnapshotResponse)(nil), // 19: likes.peer.v2.SnapshotResponse
+	(*ForwardRequest)(nil),   // 20: likes.peer.v2.ForwardRequest
+	(*ForwardResponse)(nil),  // 21: likes.peer.v2.ForwardResponse
+	(*ErasureJob)(nil),       // 22: likes.peer.v2.ErasureJob
+	(*ErasureRequest)(nil),   // 23: likes.peer.v2.ErasureRequest
+	(*ErasureResponse)(nil),  // 24: likes.peer.v2.ErasureResponse
+	(*ReadRequest)(nil),      // 25: likes.peer.v2.ReadRequest
+	(*ReadResponse)(nil),     // 26: likes.peer.v2.ReadResponse
 }
 var file_peer_proto_depIdxs = []int32{
 	0,  // 0: likes.peer.v2.Event.idem:type_name -> likes.peer.v2.IdemRef
@@ -1746,24 +2316,34 @@ var file_peer_proto_depIdxs = []int32{
 	5,  // 5: likes.peer.v2.PushResponse.cursor:type_name -> likes.peer.v2.Cursor
 	5,  // 6: likes.peer.v2.DigestResponse.cursor:type_name -> likes.peer.v2.Cursor
 	10, // 7: likes.peer.v2.HeadsRequest.pins:type_name -> likes.peer.v2.PinRef
-	15, // 8: likes.peer.v2.ErasureResponse.job:type_name -> likes.peer.v2.ErasureJob
-	6,  // 9: likes.peer.v2.Replication.Push:input_type -> likes.peer.v2.PushRequest
-	8,  // 10: likes.peer.v2.Replication.Digest:input_type -> likes.peer.v2.DigestRequest
-	11, // 11: likes.peer.v2.Replication.Heads:input_type -> likes.peer.v2.HeadsRequest
-	13, // 12: likes.peer.v2.Forward.Set:input_type -> likes.peer.v2.ForwardRequest
-	16, // 13: likes.peer.v2.Forward.Erasure:input_type -> likes.peer.v2.ErasureRequest
-	18, // 14: likes.peer.v2.Forward.Read:input_type -> likes.peer.v2.ReadRequest
-	7,  // 15: likes.peer.v2.Replication.Push:output_type -> likes.peer.v2.PushResponse
-	9,  // 16: likes.peer.v2.Replication.Digest:output_type -> likes.peer.v2.DigestResponse
-	12, // 17: likes.peer.v2.Replication.Heads:output_type -> likes.peer.v2.HeadsResponse
-	14, // 18: likes.peer.v2.Forward.Set:output_type -> likes.peer.v2.ForwardResponse
-	17, // 19: likes.peer.v2.Forward.Erasure:output_type -> likes.peer.v2.ErasureResponse
-	19, // 20: likes.peer.v2.Forward.Read:output_type -> likes.peer.v2.ReadResponse
-	15, // [15:21] is the sub-list for method output_type
-	9,  // [9:15] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	13, // 8: likes.peer.v2.SnapshotChunk.edges:type_name -> likes.peer.v2.SnapEdge
+	14, // 9: likes.peer.v2.SnapshotChunk.records:type_name -> likes.peer.v2.SnapRecord
+	15, // 10: likes.peer.v2.SnapshotChunk.erasures:type_name -> likes.peer.v2.SnapErasure
+	3,  // 11: likes.peer.v2.SnapshotChunk.cells:type_name -> likes.peer.v2.CellState
+	3,  // 12: likes.peer.v2.SnapshotChunk.your_cells:type_name -> likes.peer.v2.CellState
+	16, // 13: likes.peer.v2.SnapshotRequest.chunk:type_name -> likes.peer.v2.SnapshotChunk
+	17, // 14: likes.peer.v2.SnapshotRequest.done:type_name -> likes.peer.v2.SnapshotMark
+	5,  // 15: likes.peer.v2.SnapshotResponse.cursor:type_name -> likes.peer.v2.Cursor
+	22, // 16: likes.peer.v2.ErasureResponse.job:type_name -> likes.peer.v2.ErasureJob
+	6,  // 17: likes.peer.v2.Replication.Push:input_type -> likes.peer.v2.PushRequest
+	8,  // 18: likes.peer.v2.Replication.Digest:input_type -> likes.peer.v2.DigestRequest
+	11, // 19: likes.peer.v2.Replication.Heads:input_type -> likes.peer.v2.HeadsRequest
+	18, // 20: likes.peer.v2.Replication.Snapshot:input_type -> likes.peer.v2.SnapshotRequest
+	20, // 21: likes.peer.v2.Forward.Set:input_type -> likes.peer.v2.ForwardRequest
+	23, // 22: likes.peer.v2.Forward.Erasure:input_type -> likes.peer.v2.ErasureRequest
+	25, // 23: likes.peer.v2.Forward.Read:input_type -> likes.peer.v2.ReadRequest
+	7,  // 24: likes.peer.v2.Replication.Push:output_type -> likes.peer.v2.PushResponse
+	9,  // 25: likes.peer.v2.Replication.Digest:output_type -> likes.peer.v2.DigestResponse
+	12, // 26: likes.peer.v2.Replication.Heads:output_type -> likes.peer.v2.HeadsResponse
+	19, // 27: likes.peer.v2.Replication.Snapshot:output_type -> likes.peer.v2.SnapshotResponse
+	21, // 28: likes.peer.v2.Forward.Set:output_type -> likes.peer.v2.ForwardResponse
+	24, // 29: likes.peer.v2.Forward.Erasure:output_type -> likes.peer.v2.ErasureResponse
+	26, // 30: likes.peer.v2.Forward.Read:output_type -> likes.peer.v2.ReadResponse
+	24, // [24:31] is the sub-list for method output_type
+	17, // [17:24] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_peer_proto_init() }
@@ -1777,7 +2357,7 @@ func file_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peer_proto_rawDesc), len(file_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -13,6 +13,12 @@ type Quiescer interface {
 	Quiesce(ctx context.Context) error
 }
 
+// Pending finishes the store's decided writes whose events have not reached
+// its log yet (cassandra.Store.FinishPending); the embedded store has none.
+type Pending interface {
+	FinishPending(ctx context.Context) error
+}
+
 // HeadReader reads this region's own-log heads.
 type HeadReader interface {
 	Partitions() int
@@ -29,6 +35,9 @@ type Fencer struct {
 	// Writes returns the region's write path, or nil while it is starting.
 	Writes func() Quiescer
 	Log    HeadReader
+	// Pending, if set, runs after the writes in flight are waited for and
+	// before the heads are read.
+	Pending Pending
 }
 
 var _ replication.Fencer = (*Fencer)(nil)
@@ -46,6 +55,11 @@ func (f *Fencer) Heads(ctx context.Context, pins []replication.PinRef) ([]uint64
 	}
 	if err := w.Quiesce(ctx); err != nil {
 		return nil, err
+	}
+	if f.Pending != nil {
+		if err := f.Pending.FinishPending(ctx); err != nil {
+			return nil, fmt.Errorf("finish pending writes: %w", err)
+		}
 	}
 	heads := make([]uint64, f.Log.Partitions())
 	for p := range heads {

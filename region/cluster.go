@@ -280,7 +280,7 @@ func startCluster(ctx context.Context, name string, c *Cluster, st replicaStore,
 	rs, err := replication.NewServer(replication.ServerConfig{
 		Region: name, Partitions: st.Partitions(), Sink: st, Logger: log, Regions: c.Regions,
 		MaxEpoch: p.maxEpoch, MaxProtocol: c.MaxProtocol,
-		Fencer: &catchup.Fencer{Pins: p.authority, Log: catchup.SourceHeads(st), Writes: func() catchup.Quiescer {
+		Fencer: &catchup.Fencer{Pins: p.authority, Log: catchup.SourceHeads(st), Pending: pendingOf(st), Writes: func() catchup.Quiescer {
 			if p.svc == nil {
 				return nil
 			}
@@ -532,3 +532,12 @@ var (
 	_ catchup.PinTable   = (*etcdepoch.Authority)(nil)
 	_ catchup.Directory  = (*etcdepoch.Directory)(nil)
 )
+
+// pendingOf is the store's catchup.Pending, if it has decided writes that
+// can wait outside its log (Cassandra); nil for the embedded store.
+func pendingOf(st any) catchup.Pending {
+	if p, ok := st.(catchup.Pending); ok {
+		return p
+	}
+	return nil
+}

@@ -35,6 +35,10 @@ func (s *Store) Apply(ctx context.Context, req edge.Request) (edge.Decision, err
 	if err != nil {
 		return edge.Decision{}, err
 	}
+	// Once begun, a write runs to its end whatever the caller does (a client
+	// that hung up, a request deadline): see Options.ApplyTimeout.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.ApplyTimeout)
+	defer cancel()
 	mu := s.edgeLock(req.Item, req.User)
 	mu.Lock()
 	d, comps, err := s.apply(ctx, req)

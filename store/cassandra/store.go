@@ -59,6 +59,12 @@ type Options struct {
 	MaxBatch int
 	// MaxAttempts bounds every read-decide-transaction loop (default 64).
 	MaxAttempts int
+	// ApplyTimeout bounds one Apply once it has begun (default 30s). The
+	// caller's cancellation does not stop it: a write stopped between its
+	// edge transaction and its relay would leave its event to the sweeper,
+	// possibly after the user's range moved to another region, whose
+	// catch-up barrier would not wait for it.
+	ApplyTimeout time.Duration
 	// IssueEvery is how far a log reader lets CompleteThrough lag the clock
 	// before it records a new one with a transaction (default 50ms).
 	IssueEvery time.Duration
@@ -155,6 +161,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	if opts.SweepEvery == 0 {
 		opts.SweepEvery = 5 * time.Second
+	}
+	if opts.ApplyTimeout <= 0 {
+		opts.ApplyTimeout = 30 * time.Second
 	}
 	if opts.SweepAge <= 0 {
 		opts.SweepAge = time.Minute

@@ -41,6 +41,17 @@ func (s *Store) Sweep(ctx context.Context, minAge time.Duration) (int, error) {
 	return relayedN, errors.Join(errs...)
 }
 
+// FinishPending relays every pending event now, however young its intent
+// (catchup.Pending): the catch-up barrier's Heads answer comes after it, so
+// an edge transaction that committed before the range moved is in the log
+// the new owner waits for, even if its writer failed before its relay.
+// Writes in flight must have been waited for (edge.Service.Quiesce): a
+// relay racing one is still exactly once, but its event may be missed.
+func (s *Store) FinishPending(ctx context.Context) error {
+	_, err := s.Sweep(ctx, 0)
+	return err
+}
+
 func (s *Store) createdMinute(ctx context.Context) (int64, error) {
 	var ms int64
 	if err := s.read(ctx, s.q.metaSelect, "store").Scan(&ms); err != nil {

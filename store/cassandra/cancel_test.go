@@ -1,0 +1,53 @@
+package cassandra
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/edge/edgetest"
+)
+
+// TestCancelledCallerStillRelays (found by chaos --engines, seed 12): a
+// caller that gives up right after the edge transaction (the client hung
+// up, the load stopped) must not leave the event outside the log: it was
+// left to the sweeper, which relayed it a minute later, after the user's
+// range had moved, so the new owner's catch-up barrier had not waited for
+// it and the old owner wrote under a stale epoch.
+func TestCancelledCallerStillRelays(t *testing.T) {
+	s := openTest(t, FreshKeyspace(t), 2, clock.NewFake(time.UnixMilli(t0)))
+	ctx, cancel := context.WithCancel(context.Background())
+	s.SetTestHook(func(stage string) error {
+		if stage == "edge-written" {
+			cancel() // the caller is gone between the edge transaction and the relay
+		}
+		return nil
+	})
+	d, err := s.Apply(ctx, edgetest.Like("a", "u1", "k1", 1, t0))
+	if err != nil || d.Action != edge.ActWrite {
+		t.Fatalf("Apply with the caller gone mid-write: %+v, %v; want the write finished", d.Action, err)
+	}
+	if evs := eventsOf(logOf(t, s), "a", "u1"); len(evs) != 1 || evs[0].Delta != 1 {
+		t.Fatalf("log after the write: %+v, want its event", evs)
+	}
+}
+
+// TestFinishPendingRelaysYoungIntents: FinishPending (the Fencer's step
+// before it reads the heads) relays an event whose writer failed after the
+// edge transaction, however young its intent, so the heads a barrier waits
+// for include it.
+func TestFinishPendingRelaysYoungIntents(t *testing.T) {
+	s := openTest(t, FreshKeyspace(t), 2, clock.NewFake(time.UnixMilli(t0)))
+	crashAfterEdge(t, s, edgetest.Like("a", "u1", "k1", 1, t0))
+	if evs := eventsOf(logOf(t, s), "a", "u1"); len(evs) != 0 {
+		t.Fatalf("log holds %+v before the relay", evs)
+	}
+	if err := s.FinishPending(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if evs := eventsOf(logOf(t, s), "a", "u1"); len(evs) != 1 {
+		t.Fatalf("log after FinishPending: %+v, want the event", evs)
+	}
+}

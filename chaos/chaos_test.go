@@ -224,3 +224,22 @@ func TestDiskFullNemesis(t *testing.T) {
 	}
 	t.Logf("ops %+v", rep.Ops)
 }
+
+// TestEnginesChaos (issue 12; in make test-engines): the regions on
+// Cassandra + Kafka + Redis under a short schedule of partitions, a kill,
+// an etcd split, pin moves and an unplanned failover: every guarantee holds
+// as on the embedded store.
+func TestEnginesChaos(t *testing.T) {
+	e, err := EnginesFromEnv()
+	if err != nil {
+		t.Skip(err)
+	}
+	kinds := []string{NemPartition, NemKill, NemEtcdSplit, NemMovePins, NemFailover}
+	rep := run(t, Options{Seed: 12, Duration: 30 * time.Second, Kinds: kinds, Engines: &e})
+	if !rep.Pass {
+		t.Errorf("%d violations %v (seed %d); replay with: %s", rep.Mismatches, rep.Check.ByCheck, rep.Seed, rep.Replay)
+	}
+	if rep.Ops.AckedWrites < 100 || rep.Check.EventsChecked < 100 {
+		t.Errorf("too little checked: %d acknowledged writes, %d log events", rep.Ops.AckedWrites, rep.Check.EventsChecked)
+	}
+}

@@ -75,7 +75,9 @@ type ClusterConfig struct {
 	Partitions    int
 	Ranges        int
 	Unsafe        string // --unsafe-break
-	Logf          func(format string, args ...any)
+	// EngineArgs, when set, are a region's extra likesd flags (the engines').
+	EngineArgs func(region string) []string
+	Logf       func(format string, args ...any)
 }
 
 // Link is a directed link: From dials To ("etcd" for the etcd link).
@@ -333,6 +335,9 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (c *Cluster, err error
 		if cfg.Unsafe != "" {
 			args = append(args, "--unsafe-break", cfg.Unsafe)
 		}
+		if cfg.EngineArgs != nil {
+			args = append(args, cfg.EngineArgs(name)...)
+		}
 		renv := append(append([]string(nil), env...), diskFullEnv+"="+c.diskFullFile(name))
 		r.proc = &proc{name: name, env: renv, args: args, log: filepath.Join(logs, name+".log")}
 		if err := r.proc.start(cfg.Binary); err != nil {
@@ -544,8 +549,15 @@ func (c *Cluster) WaitReplicating(ctx context.Context, timeout time.Duration) er
 func (c *Cluster) Quiesce(ctx context.Context, since time.Time, timeout time.Duration) (map[string]Status, error) {
 	var last map[string]Status
 	var firstOK time.Time
-	err := poll(ctx, timeout, 250*time.Millisecond, func() error {
+	said := time.Now()
+	err := poll(ctx, timeout, 250*time.Millisecond, func() (err error) {
 		now := time.Now()
+		defer func() { // a long wait says what it waits for
+			if err != nil && now.Sub(said) >= 10*time.Second {
+				said = now
+				c.cfg.Logf("quiescing: %v", err)
+			}
+		}()
 		sts := map[string]Status{}
 		bar := since
 		if !firstOK.IsZero() {

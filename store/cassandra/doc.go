@@ -124,6 +124,17 @@
 //   - after the sequence LWT, before the outbox rows: readers and the next
 //     append write the rows from the inflight slots.
 //
+// A caller that gives up (a client that hung up, a request deadline) does
+// not stop an Apply: it runs detached from the caller's cancellation, bounded
+// by Options.ApplyTimeout, so a committed edge transaction is relayed at
+// once rather than by the sweeper later. Planned moves: the catch-up
+// barrier's Heads answer (catchup.Fencer) first waits for the writes in
+// flight and then calls FinishPending, which relays every pending event
+// however young; so the heads the new owner waits for include every edge
+// transaction this region committed under the old epoch, even one whose
+// writer failed before its relay (the embedded store has no such state: its
+// flip and event are one batch).
+//
 // Idempotency records are written after the edge LWT, from the event the edge
 // row carries, and always before the relay record is written and before any
 // later decision on that edge. A retry therefore never sees the new edge

@@ -4,7 +4,12 @@
 // kill -9s, pauses, pin moves and failovers under a concurrent client load,
 // then a checker over the healed cluster.
 //
-//	go run ./chaos/cmd/likes-chaos [--seed N] [--duration 60s] [--soak] [--out DIR] [--break fence|idempotency|lease]
+//	go run ./chaos/cmd/likes-chaos [--seed N] [--duration 60s] [--soak] [--out DIR] [--break fence|idempotency|lease] [--engines]
+//
+// --engines puts the regions on Cassandra + Kafka + Redis: the servers named
+// by LIKES_TEST_CASSANDRA_HOSTS, LIKES_TEST_KAFKA_BROKERS and
+// LIKES_TEST_REDIS_ADDR (bash scripts/servers.sh up && eval "$(bash
+// scripts/servers.sh env)"), a fresh keyspace, topic and prefix per region.
 //
 // It exits 0 when every guarantee held, 1 when the checker found violations
 // (the seed and the replay command are printed), 2 when the run could not be
@@ -43,6 +48,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	keep := fs.Bool("keep-data", false, "keep the data folders even when the run passes")
 	recheck := fs.String("recheck", "", "re-judge the run saved in this output folder (no processes) and exit")
 	pStale := fs.Float64("p-stale", 0, "probability that a client op is a stale retry of an old like (default 0.04; negative: none)")
+	engines := fs.Bool("engines", false, "regions on Cassandra + Kafka + Redis (the servers in $LIKES_TEST_CASSANDRA_HOSTS, $LIKES_TEST_KAFKA_BROKERS, $LIKES_TEST_REDIS_ADDR)")
 	pErase := fs.Float64("p-erase", 0, "probability that a client op is an account erasure (default 0.008; negative: no erasures)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -61,6 +67,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	o := chaos.Options{Seed: *seed, Duration: *duration, Soak: *soak, Out: *out, Break: *brk,
 		Binary: *bin, KeepData: *keep, Progress: stdout, Workload: chaos.WorkloadConfig{PErase: *pErase, PStale: *pStale}}
+	if *engines {
+		e, err := chaos.EnginesFromEnv()
+		if err != nil {
+			fmt.Fprintf(stderr, "likes-chaos: --engines: %v\n", err)
+			return 2
+		}
+		o.Engines = &e
+	}
 	if *kinds != "" {
 		o.Kinds = strings.Split(*kinds, ",")
 		for _, k := range o.Kinds {

@@ -580,6 +580,12 @@ func (c *Cluster) Quiesce(ctx context.Context, since time.Time, timeout time.Dur
 				return err
 			}
 			if st.AsOf.Before(bar) {
+				// Not yet past the first quiet moment: wait for it without
+				// starting over (an asOf always trails the clock a little;
+				// on the engines by more than this poll's interval).
+				if !st.AsOf.Before(since) && !firstOK.IsZero() && now.Sub(firstOK) < 10*time.Second {
+					return fmt.Errorf("%s: asOf %s not yet past the first quiet moment %s", name, st.AsOf.Format(time.RFC3339Nano), bar.Format(time.RFC3339Nano))
+				}
 				firstOK = time.Time{}
 				return fmt.Errorf("%s: asOf %s is before %s", name, st.AsOf.Format(time.RFC3339Nano), bar.Format(time.RFC3339Nano))
 			}

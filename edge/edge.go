@@ -166,6 +166,12 @@ type Request struct {
 	Epoch       uint64
 	Now         int64 // Unix ms
 	IdemTTLms   int64
+	// Deadline (Unix ms; 0: none) is when the write authority behind Epoch
+	// stops being provable (the lease proof's end, Deadliner). A store whose
+	// commit can be slow (Cassandra) commits nothing at or after it and fails
+	// with ErrFailClosed: a write authorized in time but committed after a
+	// failover would be a straggler under a stale epoch.
+	Deadline int64
 }
 
 // Fingerprint identifies a request's meaning for idempotency: the same key may

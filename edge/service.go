@@ -40,6 +40,13 @@ type Authority interface {
 	Authorize(ctx context.Context, user string) (epoch uint64, err error)
 }
 
+// Deadliner is an Authority whose grants expire with its lease proof:
+// ValidUntil is when the proof behind a grant made now stops holding
+// (Request.Deadline).
+type Deadliner interface {
+	ValidUntil() time.Time
+}
+
 // StaticAuthority grants one fixed epoch for every range: a single region that
 // owns everything.
 type StaticAuthority uint64
@@ -180,6 +187,9 @@ func (s *Service) ApplyLocal(ctx context.Context, req Request) (ForwardResult, e
 	req.Epoch = epoch
 	req.Now = s.cfg.Clock.Now().UnixMilli()
 	req.IdemTTLms = s.cfg.IdemTTL.Milliseconds()
+	if dl, ok := s.cfg.Authority.(Deadliner); ok {
+		req.Deadline = dl.ValidUntil().UnixMilli()
+	}
 	if s.cfg.Knobs != nil && s.cfg.Knobs.NoIdempotency {
 		req.IdemKey = ""
 	}

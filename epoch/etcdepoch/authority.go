@@ -291,6 +291,25 @@ func (a *Authority) applyLocked(kv *mvccpb.KeyValue, deleted bool) (uint32, bool
 	return rng, true
 }
 
+var _ edge.Deadliner = (*Authority)(nil)
+
+// ValidUntil implements edge.Deadliner: the end of the current lease proof
+// (the last keepalive or pin read etcd confirmed, plus ttl − margin), after
+// which Authorize fails closed and a store commits nothing it granted.
+func (a *Authority) ValidUntil() time.Time {
+	a.mu.RLock()
+	synced := a.synced
+	a.mu.RUnlock()
+	proof := a.cfg.Freshness.LastKeepalive()
+	if synced.Before(proof) {
+		proof = synced
+	}
+	if proof.IsZero() {
+		return time.Time{}
+	}
+	return proof.Add(a.cfg.TTL - a.cfg.Margin)
+}
+
 // ErrNoLeaseProof is wrapped by LeaseProof's errors: the region cannot prove
 // its lease (or that its pin table is current) and so writes nothing.
 var ErrNoLeaseProof = errors.New("epoch: no fresh lease proof")

@@ -137,6 +137,13 @@ func (s *Store) apply(ctx context.Context, req edge.Request) (edge.Decision, []c
 		}
 		eseq := row.eseq + 1
 		now := s.opts.Clock.Now().UnixMilli()
+		if req.Deadline != 0 && now >= req.Deadline {
+			// Retries on a contended or slow Cassandra can outlast the lease
+			// proof the write was authorized under: past it, the range may
+			// have failed over, and this commit would be a straggler.
+			return edge.Decision{}, comps, fmt.Errorf("%w: the lease proof behind epoch %d ended %d ms before the commit of (%q, %q)",
+				edge.ErrFailClosed, req.Epoch, now-req.Deadline, req.Item, req.User)
+		}
 		p.Minute = now / 60000
 		intent := []any{int(part), p.Minute, req.Item, req.User, int64(eseq), int64(p.Nonce)}
 		if err := s.write(ctx, s.q.intentInsert, append(intent, now)...).Exec(); err != nil {

@@ -2,6 +2,7 @@ package cassandra
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -49,5 +50,29 @@ func TestFinishPendingRelaysYoungIntents(t *testing.T) {
 	}
 	if evs := eventsOf(logOf(t, s), "a", "u1"); len(evs) != 1 {
 		t.Fatalf("log after FinishPending: %+v, want the event", evs)
+	}
+}
+
+// TestNoCommitPastTheDeadline (found by chaos --engines, seed 12): a write
+// whose lease proof ended before its edge transaction (slow Cassandra,
+// contention retries) commits nothing and fails closed, instead of landing
+// seconds after its range failed over.
+func TestNoCommitPastTheDeadline(t *testing.T) {
+	clk := clock.NewFake(time.UnixMilli(t0))
+	s := openTest(t, FreshKeyspace(t), 2, clk)
+	req := edgetest.Like("a", "u1", "k1", 1, t0)
+	req.Deadline = t0 // the proof ends as the write starts
+	if _, err := s.Apply(context.Background(), req); !errors.Is(err, edge.ErrFailClosed) {
+		t.Fatalf("Apply past its deadline: %v, want ErrFailClosed", err)
+	}
+	if _, ok, _ := s.Edge(context.Background(), "a", "u1"); ok {
+		t.Fatal("an edge was written past the deadline")
+	}
+	if evs := eventsOf(logOf(t, s), "a", "u1"); len(evs) != 0 {
+		t.Fatalf("log holds %+v", evs)
+	}
+	req.Deadline = t0 + 1000 // in time: written
+	if d, err := s.Apply(context.Background(), req); err != nil || d.Action != edge.ActWrite {
+		t.Fatalf("Apply in time: %+v %v", d.Action, err)
 	}
 }

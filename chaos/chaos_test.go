@@ -235,7 +235,7 @@ func TestEnginesChaos(t *testing.T) {
 		t.Skip(err)
 	}
 	kinds := []string{NemPartition, NemKill, NemEtcdSplit, NemMovePins, NemFailover}
-	rep := run(t, Options{Seed: 12, Duration: 30 * time.Second, Kinds: kinds, Engines: &e})
+	rep := run(t, Options{Seed: 12, Duration: 45 * time.Second, Kinds: kinds, Engines: &e})
 	if !rep.Pass {
 		t.Errorf("%d violations %v (seed %d); replay with: %s", rep.Mismatches, rep.Check.ByCheck, rep.Seed, rep.Replay)
 	}

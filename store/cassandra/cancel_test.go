@@ -76,3 +76,22 @@ func TestNoCommitPastTheDeadline(t *testing.T) {
 		t.Fatalf("Apply in time: %+v %v", d.Action, err)
 	}
 }
+
+// TestOpenRelaysWhatACrashLeft: a store opened after a process died
+// between an edge transaction and its relay relays the event at once, not
+// a SweepAge later.
+func TestOpenRelaysWhatACrashLeft(t *testing.T) {
+	ks := FreshKeyspace(t)
+	clk := clock.NewFake(time.UnixMilli(t0))
+	crashAfterEdge(t, openTest(t, ks, 2, clk), edgetest.Like("a", "u1", "k1", 1, t0))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s2, err := Open(ctx, Options{Session: SharedSession(t), Keyspace: ks, Region: "r1", Partitions: 2, Clock: clk, SweepEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if evs := eventsOf(logOf(t, s2), "a", "u1"); len(evs) != 1 {
+		t.Fatalf("log after reopening: %+v, want the crashed write's event", evs)
+	}
+}

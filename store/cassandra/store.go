@@ -195,6 +195,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if opts.SweepEvery > 0 {
+		// A process of this region that died between an edge transaction and
+		// its relay left the event pending: relay it now rather than a
+		// SweepAge from now (exactly once even beside a live writer).
+		if err := s.FinishPending(ctx); err != nil {
+			opts.OnError(fmt.Errorf("cassandra: relaying pending events at open: %w", err))
+		}
 		s.wg.Add(1)
 		go s.sweepLoop()
 	}

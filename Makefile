@@ -59,6 +59,8 @@ ENGINES ?= etcd redis kafka cassandra
 ENGINE_PKGS ?= ./store/... ./stream/... ./epoch/... ./cache/...
 # the end-to-end tests: one region on Cassandra + Kafka + Redis, and clusters mixing embedded and Cassandra regions
 ENGINE_E2E ?= -run '^(TestEngines|TestMixedEngines)' ./region
+# the chaos suite with every region on the engines (a short schedule)
+ENGINE_CHAOS ?= -run '^TestEnginesChaos$$' ./chaos
 
 ## servers: install what is missing and start etcd, Redis, Kafka and Cassandra on loopback
 servers:
@@ -76,5 +78,6 @@ test-engines:
 	  env | grep '^LIKES_TEST_' | sort; \
 	  $(GO) test -race -count=1 -timeout 20m $(ENGINE_PKGS) || rc=$$?; \
 	  $(GO) test -race -count=1 -timeout 10m $(ENGINE_E2E) || rc=$$?; \
+	  $(GO) test -race -count=1 -timeout 10m $(ENGINE_CHAOS) || rc=$$?; \
 	  if [ -z "$(KEEP_SERVERS)" ]; then bash scripts/servers.sh down || true; fi; \
 	  exit $$rc

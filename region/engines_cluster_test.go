@@ -102,16 +102,41 @@ func TestMixedEnginesClusterKafka(t *testing.T) {
 		Kafka:     region.KafkaEngine{Brokers: brokers, Topic: topic, PollInterval: 10 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond}})
 }
 
+// TestEnginesThreeRegions (issue 12): all three regions on Cassandra +
+// Kafka + Redis (a keyspace, a topic and a Redis prefix each, on the one
+// server of each engine) run the three-region suite: replication and
+// forwarding, idempotency across regions, a pin move under load, lease loss
+// failing closed; every region's Cassandra holds the edges the others' owners
+// wrote.
+func TestEnginesThreeRegions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded etcd and three regions on the engines")
+	}
+	engines := map[string]region.Engines{}
+	for _, name := range []string{"us", "eu", "ap"} {
+		engines[name] = region.EnginesForTest(t, name)
+	}
+	triSuite(t, func(name string, cfg *region.Config) { cfg.Engines = engines[name] }, []string{"us", "eu", "ap"})
+}
+
 // mixedCluster runs the three-region suite with eu on engines.
 func mixedCluster(t *testing.T, engines region.Engines) {
-	c := startTriWith(t, triOpts{region: func(name string, cfg *region.Config) {
+	triSuite(t, func(name string, cfg *region.Config) {
 		if name == "eu" {
 			cfg.Engines = engines
 		}
-	}})
-	eu := c.byName["eu"].r
-	if eu.Cassandra == nil || eu.Store != nil {
-		t.Fatal("region eu is not on Cassandra")
+	}, []string{"eu"})
+}
+
+// triSuite runs the three-region suite on a cluster configured by cfg; the
+// regions named in onCassandra must be on Cassandra and hold the edges of
+// users whose ranges other regions own.
+func triSuite(t *testing.T, cfg func(name string, cfg *region.Config), onCassandra []string) {
+	c := startTriWith(t, triOpts{region: cfg})
+	for _, name := range onCassandra {
+		if r := c.byName[name].r; r.Cassandra == nil || r.Store != nil {
+			t.Fatalf("region %s is not on Cassandra", name)
+		}
 	}
 	users := triUsers(1)
 	for _, st := range []struct {
@@ -127,20 +152,23 @@ func mixedCluster(t *testing.T, engines region.Engines) {
 			return
 		}
 	}
-	// Cassandra holds the edges the embedded regions' owners wrote, applied
+	// Cassandra holds the edges the other regions' owners wrote, applied
 	// from their logs.
 	ps := c.mustPins(t)
-	remote := 0
-	for _, u := range users {
-		if triOwner(ps, u).Region == "eu" {
-			continue
+	for _, name := range onCassandra {
+		r := c.byName[name].r
+		remote := 0
+		for _, u := range users {
+			if triOwner(ps, u).Region == name {
+				continue
+			}
+			if e, ok, err := r.Cassandra.Edge(context.Background(), "rep-a", u); err != nil || !ok || e.Version.Epoch == 0 {
+				t.Fatalf("%s's Cassandra edge (rep-a, %s): %+v found %v err %v", name, u, e, ok, err)
+			}
+			remote++
 		}
-		if e, ok, err := eu.Cassandra.Edge(context.Background(), "rep-a", u); err != nil || !ok || e.Version.Epoch == 0 {
-			t.Fatalf("eu's Cassandra edge (rep-a, %s): %+v found %v err %v", u, e, ok, err)
+		if remote == 0 {
+			t.Fatalf("%s: no user of another region's range", name)
 		}
-		remote++
-	}
-	if remote == 0 {
-		t.Fatal("no user of another region's range")
 	}
 }

@@ -81,12 +81,15 @@ type Report struct {
 	Windows      []FailoverWindow       `json:"failoverWindows"`
 	Check        *CheckResult           `json:"check"`
 	Mismatches   int                    `json:"mismatches"`
-	Pass         bool                   `json:"pass"`
-	Final        map[string]int64       `json:"finalCounts"` // item → count at the first region
-	OutDir       string                 `json:"outDir"`
-	WorkDir      string                 `json:"workDir,omitempty"`
-	History      string                 `json:"history"`
-	Logs         []string               `json:"processLogs"`
+	// ConvergedIn is the time from the final heal until every region was
+	// quiet (erasures done, no lag, asOf past the heal); empty if it never was.
+	ConvergedIn time.Duration    `json:"convergedInNs,omitempty"`
+	Pass        bool             `json:"pass"`
+	Final       map[string]int64 `json:"finalCounts"` // item → count at the first region
+	OutDir      string           `json:"outDir"`
+	WorkDir     string           `json:"workDir,omitempty"`
+	History     string           `json:"history"`
+	Logs        []string         `json:"processLogs"`
 }
 
 // ReplayCommand is the command line that replays a seed.
@@ -300,6 +303,9 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 			quiet = 3 * time.Minute
 		}
 		_, in.Converge = cl.Quiesce(ctx, healed, quiet)
+	}
+	if in.Converge == nil {
+		rep.ConvergedIn = time.Since(healed)
 	}
 	logf("reading final counts, who-liked lists and logs")
 	items := map[string]bool{}

@@ -41,15 +41,28 @@ func BenchmarkPush(b *testing.B) {
 			}
 			ctx := context.Background()
 			pos := make([]uint64, 16)
+			// Events must be valid where the server validates them: the
+			// user's bucket, and an item of the event's partition.
+			bucket := edge.BucketOf("u")
+			next := make([]int, 16)
+			item := func(p uint32) string {
+				for {
+					next[p]++
+					it := fmt.Sprintf("i%d-%d", p, next[p])
+					if edge.PartitionOf(it, bucket, 16) == p {
+						return it
+					}
+				}
+			}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				batch := replication.Batch{From: "us", Partitions: 16}
 				for p := range uint32(16) {
 					pb := replication.PartBatch{Partition: p, After: pos[p]}
-					for k := 0; k < 8; k++ {
+					for range 8 {
 						pos[p]++
-						pb.Events = append(pb.Events, edge.Event{Partition: p, Pos: pos[p], Kind: edge.KindFlip, Delta: 1,
-							Item: fmt.Sprintf("i%d", i*8+k), User: "u", State: crdt.Liked, Version: crdt.Version{Epoch: 1, Op: uint64(i + 1)}})
+						pb.Events = append(pb.Events, edge.Event{Partition: p, Pos: pos[p], Kind: edge.KindFlip, Delta: 1, Bucket: bucket,
+							Item: item(p), User: "u", State: crdt.Liked, Version: crdt.Version{Epoch: 1, Op: 1}, EventTime: 1_800_000_000_000})
 					}
 					pb.Through = pos[p]
 					batch.Parts = append(batch.Parts, pb)

@@ -48,6 +48,8 @@ lint:
 
 unit:
 	$(GO) test -race -count=1 -timeout 20m ./...
+	@# every benchmark once, so a benchmark that no longer runs fails here
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count=1 -timeout 10m ./...
 
 ## bench: the load tool against likesd, with redis-benchmark as the same-run reference
 bench:

@@ -13,6 +13,29 @@
 // LOCAL_QUORUM, lightweight transactions (LWTs) and the reads that decide them
 // use SERIAL (Options; LOCAL_SERIAL keeps Paxos inside one datacenter).
 //
+// # Keyspace layouts and consistency
+//
+// Supported: (1) one keyspace per region in one Cassandra cluster (what the
+// tests run: likes_us, likes_eu, likes_ap on one server), and (2) one region
+// per Cassandra datacenter, its keyspace replicated in that datacenter only
+// (NetworkTopologyStrategy {'dc-us': 3}), with --cassandra-dc naming it, LOCAL_QUORUM
+// and LOCAL_SERIAL. Not supported: one keyspace written by two regions (the
+// meta row names the keyspace's region and Open refuses another), or a
+// region's keyspace written from two datacenters.
+//
+// Why the local levels are safe: a keyspace has exactly one writer region,
+// whose processes all reach it through one datacenter, so every read and
+// transaction that must see another's (the edge LWT and the read that decides
+// it, the outbox sequence, the cell fences) meets it in that datacenter's
+// quorum; LOCAL_SERIAL serializes them there. Regions never share rows: what
+// one region wrote reaches another only by replication (the log and cells,
+// applied by the receiver's own store), and who may write a user's edges is
+// decided by the pins in etcd, not by Cassandra. A keyspace replicated to other
+// datacenters for disaster recovery is fine to read there, but a region must
+// not fail over onto such a copy while its owner may still write: that is the
+// pins' job (a region lost with its datacenter is rebuilt from its peers,
+// likesd run --bootstrap-from-peers).
+//
 // # Schema (Migrate, versions recorded in schema_version)
 //
 //	edges        ((item, bucket), user)  state, epoch, op, updated_at, eseq, pending, branches,

@@ -181,18 +181,7 @@ func TestRegionAddUnderLoad(t *testing.T) {
 	}
 	want := m.counts(items)
 	c.waitCounts(t, want, 60*time.Second)
-	c.poll(t, 30*time.Second, "every region's reconcile to find its cells equal to its LIKED edges", func() (bool, string) {
-		var b strings.Builder
-		ok := true
-		for _, n := range c.nodes {
-			rep, err := c.reconcile(n)
-			if err != nil || len(rep.Mismatched) > 0 {
-				ok = false
-				fmt.Fprintf(&b, "%s: %v %d mismatched; ", n.name, err, len(rep.Mismatched))
-			}
-		}
-		return ok, b.String()
-	})
+	c.reconcileClean(t, "every region's reconcile to find its cells equal to its LIKED edges")
 	for _, p := range c.mustPins(t) {
 		if p.Region == "sa" && p.Epoch < 2 {
 			t.Fatalf("range %d on sa at epoch %d", p.Range, p.Epoch)
@@ -261,18 +250,7 @@ func TestRegionRetire(t *testing.T) {
 	stoppedAt := time.Now()
 	c.nodes = []*triNode{c.byName["us"], c.byName["eu"]}
 	c.waitCounts(t, want, 30*time.Second)
-	c.poll(t, 30*time.Second, "reconcile at us and eu: cells (ap's included) equal LIKED edges", func() (bool, string) {
-		var b strings.Builder
-		ok := true
-		for _, n := range c.nodes {
-			rep, err := c.reconcile(n)
-			if err != nil || len(rep.Mismatched) > 0 {
-				ok = false
-				fmt.Fprintf(&b, "%s: %v %d mismatched; ", n.name, err, len(rep.Mismatched))
-			}
-		}
-		return ok, b.String()
-	})
+	c.reconcileClean(t, "reconcile at us and eu: cells (ap's included) equal LIKED edges")
 	// asOf is not held at ap's last watermark: the retired region is out of it.
 	c.poll(t, 30*time.Second, "asOf at us past ap's stop", func() (bool, string) {
 		got, err := c.count(c.byName["us"], items[0])
@@ -305,4 +283,22 @@ func TestRegionRetire(t *testing.T) {
 			t.Fatalf("range %d back on retired ap", p.Range)
 		}
 	}
+}
+
+// reconcileClean polls until every node's reconciliation finds no item whose
+// cells differ from its LIKED edges.
+func (c *triCluster) reconcileClean(t *testing.T, what string) {
+	t.Helper()
+	c.poll(t, 30*time.Second, what, func() (bool, string) {
+		var b strings.Builder
+		ok := true
+		for _, n := range c.nodes {
+			rep, err := c.reconcile(n)
+			if err != nil || len(rep.Mismatched) > 0 {
+				ok = false
+				fmt.Fprintf(&b, "%s: %v %d mismatched; ", n.name, err, len(rep.Mismatched))
+			}
+		}
+		return ok, b.String()
+	})
 }

@@ -512,9 +512,14 @@ func rebalance(ctx context.Context, d *etcdepoch.Directory, pr *progress, stdout
 	if err != nil {
 		return err
 	}
+	states, err := d.RegistryStates(ctx)
+	if err != nil {
+		return err
+	}
 	ok := map[string]bool{}
 	for _, ri := range live {
-		ok[ri.Name] = !ri.Draining
+		// A home being retired (or retired) takes nothing back.
+		ok[ri.Name] = !ri.Draining && (states == nil || states[ri.Name] == epoch.StateHome)
 	}
 	ps, err := d.Pins(ctx)
 	if err != nil {

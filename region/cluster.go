@@ -296,7 +296,8 @@ func startCluster(ctx context.Context, name string, c *Cluster, st replicaStore,
 	healthpb.RegisterHealthServer(p.grpcSrv, p.health)
 	rs, err := replication.NewServer(replication.ServerConfig{
 		Region: name, Partitions: st.Partitions(), Sink: st, Logger: log, Regions: c.Regions,
-		MaxEpoch: p.maxEpoch, MaxProtocol: c.MaxProtocol,
+		RegionsFunc: func() []string { return p.registry.Allowed(c.Regions) },
+		MaxEpoch:    p.maxEpoch, MaxProtocol: c.MaxProtocol,
 		Fencer: &catchup.Fencer{Pins: p.authority, Log: catchup.SourceHeads(st), Writes: func() catchup.Quiescer {
 			if p.svc == nil {
 				return nil
@@ -390,6 +391,7 @@ func (p *clusterParts) serve(svc *edge.Service) {
 		return // peerless: nothing to serve
 	}
 	api.RegisterForward(p.grpcSrv, svc, api.ForwardPolicy{Regions: p.regions, Jobs: p.jobs, Eraser: p.eraser.Load,
+		RegionsFunc: func() []string { return p.registry.Allowed(p.regions) },
 		MaxProtocol: p.maxProtocol})
 	p.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	p.serving = true

@@ -1,9 +1,8 @@
 package region_test
 
-// Adding and retiring a region on a running cluster (issue 14). The
-// three-region harness (clusterhelpers_test.go) on plaintext links: a fourth
-// region's certificate would need every region's --regions to name it (see
-// docs/runbooks/region-add-retire.md).
+// Adding and retiring a region on a running cluster (issue 14), on the
+// three-region harness (clusterhelpers_test.go) with mutual TLS: the others
+// accept the new region's certificate because the registry names it.
 
 import (
 	"context"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/likes-dev/likes/epoch"
 	"github.com/likes-dev/likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/internal/peertls"
 	"github.com/likes-dev/likes/region"
 )
 
@@ -94,6 +94,13 @@ func (c *triCluster) addNode(t *testing.T, name string, all []string) *triNode {
 	cc.Regions, cc.Seeds, cc.HTTPAdvertise = all, []string{c.byName["us"].r.GossipAddr()}, "http://"+ln.Addr().String()
 	cfg.Cluster = &cc
 	cfg.Lifecycle.BootstrapFromPeers = true
+	if c.certs != "" {
+		ids, err := peertls.EnsureDev(c.certs, []string{name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cc.TLS = ids[name]
+	}
 	n := &triNode{name: name, cfg: cfg, addr: ln.Addr().String()}
 	n.start(t, ln)
 	t.Cleanup(func() { n.stop(t) })
@@ -118,7 +125,7 @@ func TestRegionAddUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an embedded etcd and four regions")
 	}
-	c := startTriWith(t, triOpts{plaintext: true})
+	c := startTri(t)
 	items := []string{"lc-a", "lc-b", "lc-c"}
 	m := &lcModel{liked: map[[2]string]bool{}}
 	var nmu sync.Mutex
@@ -197,7 +204,7 @@ func TestRegionRetire(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an embedded etcd and three regions")
 	}
-	c := startTriWith(t, triOpts{plaintext: true})
+	c := startTri(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	items := []string{"rt-a", "rt-b"}

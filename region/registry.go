@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -102,6 +103,33 @@ func (v *registryView) Retired(region string) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.states[region] == epoch.StateRetired
+}
+
+// Allowed are the regions a peer's certificate may name: the configured
+// ones and every region the registry records, but no retired one (its last
+// pushes were awaited before it was retired). Without a registry: the
+// configured ones.
+func (v *registryView) Allowed(configured []string) []string {
+	if v == nil {
+		return configured
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.states == nil {
+		return configured
+	}
+	out := make([]string, 0, len(configured)+len(v.states))
+	for _, r := range configured {
+		if _, known := v.states[r]; !known || v.states[r] != epoch.StateRetired {
+			out = append(out, r)
+		}
+	}
+	for r, st := range v.states {
+		if st != epoch.StateRetired && !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // State is region's state as last read ("" unknown).

@@ -68,11 +68,22 @@ type forwardServer interface {
 	erasure(ctx context.Context, in *erasureRequest) (*erasureResponse, error)
 }
 
+// regions are the regions a caller's certificate may name now.
+func (p ForwardPolicy) regions() []string {
+	if p.RegionsFunc != nil {
+		return p.RegionsFunc()
+	}
+	return p.Regions
+}
+
 // ForwardPolicy is what the owner checks of a forwarded write.
 type ForwardPolicy struct {
 	// Regions are the configured regions; a caller's certificate must name
 	// one (empty: any the CA vouches for).
 	Regions []string
+	// RegionsFunc, when set, replaces Regions and is asked at every call
+	// (the region registry names regions added to a running cluster).
+	RegionsFunc func() []string
 	// Jobs tells whether a user's erasure has started here; without it a
 	// forwarded erasure write is refused.
 	Jobs edge.JobStore
@@ -98,7 +109,7 @@ func (h *forwardHandler) checkForward(ctx context.Context, in *forwardRequest) (
 	if in.Proto != forwardProto {
 		return edge.Request{}, status.Errorf(codes.FailedPrecondition, "api: forward protocol %d, this region speaks %d", in.Proto, forwardProto)
 	}
-	if err := peertls.CheckCaller(ctx, in.From, h.policy.Regions); err != nil {
+	if err := peertls.CheckCaller(ctx, in.From, h.policy.regions()); err != nil {
 		return edge.Request{}, status.Errorf(codes.PermissionDenied, "api: forward: %v", err)
 	}
 	r := in.Request
@@ -179,7 +190,7 @@ func (h *forwardHandler) erasure(ctx context.Context, in *erasureRequest) (*eras
 	if in.Proto != forwardProto {
 		return nil, status.Errorf(codes.FailedPrecondition, "api: erasure relay protocol %d, this region speaks %d", in.Proto, forwardProto)
 	}
-	if err := peertls.CheckCaller(ctx, in.From, h.policy.Regions); err != nil {
+	if err := peertls.CheckCaller(ctx, in.From, h.policy.regions()); err != nil {
 		return nil, status.Errorf(codes.PermissionDenied, "api: erasure relay: %v", err)
 	}
 	if err := ValidateID("userId", in.User); err != nil {
@@ -231,7 +242,7 @@ func (h *forwardHandler) read(ctx context.Context, in *readRequest) (*readRespon
 	if in.Proto != forwardProto {
 		return nil, status.Errorf(codes.FailedPrecondition, "api: read protocol %d, this region speaks %d", in.Proto, forwardProto)
 	}
-	if err := peertls.CheckCaller(ctx, in.From, h.policy.Regions); err != nil {
+	if err := peertls.CheckCaller(ctx, in.From, h.policy.regions()); err != nil {
 		return nil, status.Errorf(codes.PermissionDenied, "api: read: %v", err)
 	}
 	for _, f := range [][2]string{{"userId", in.User}, {"itemId", in.Item}} {

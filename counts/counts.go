@@ -44,6 +44,9 @@ type Config struct {
 	Clock clock.Clock
 	// Regions whose watermarks bound asOf (default: every region the store knows).
 	Regions []string
+	// Skip, when set, drops regions from asOf (retired regions: their
+	// watermark stops for good, while their cells stay in every count).
+	Skip func(region string) bool
 	// FreshFor: a cached entry younger than this is served as is (default 200ms).
 	FreshFor time.Duration
 	// StaleFor: an older entry younger than this is served while one refresh runs
@@ -134,6 +137,15 @@ func (r *Reader) compute(ctx context.Context, item string) (Entry, error) {
 		for reg := range wms {
 			regions = append(regions, reg)
 		}
+	}
+	if r.cfg.Skip != nil {
+		var kept []string
+		for _, reg := range regions {
+			if !r.cfg.Skip(reg) {
+				kept = append(kept, reg)
+			}
+		}
+		regions = kept
 	}
 	n, err := r.cfg.Store.Count(ctx, item)
 	if err != nil {

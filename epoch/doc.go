@@ -43,7 +43,25 @@
 //     through Move, so a stale leader can at worst cause an extra epoch bump,
 //     never two owners of one epoch.
 //
-// # Components (here: Decide, Home; the rest in epoch/etcdepoch)
+// # The region registry (RegionState)
+//
+// Each region of a cluster has a lifecycle state, recorded in etcd
+// (etcdepoch registry.go): home (a creation region: the home of the ranges
+// Home gives it), joining (added to a running cluster, not yet rebuilt from
+// its peers), active (added and caught up), draining (being retired),
+// retired (final). CheckTransition is the lifecycle as a pure rule; Target
+// says who the failover Controller may give ranges to: home and active
+// regions only. A joining region takes pins only by planned moves (the
+// catch-up barrier). Failback sends a range only to its home, and only
+// while that home is in state home: the homes are the creation regions, so
+// a region added later is home to none, and the ranges of a retired home
+// fail back nowhere — they stay with whoever holds them (an operator may move
+// them). A retired name is never reused: its cells stay part of every count
+// under that name. A cluster created before the registry has none: every
+// live region is then a target, as before; its first Init or add creates the
+// registry, adopting every region that has run in it as active.
+//
+// # Components (here: Decide, Home, RegionState; the rest in epoch/etcdepoch)
 //
 //   - Decide: the rule above, pure.
 //   - Directory: Init (idempotent creation of the pins), Pins, Pin, Move (the

@@ -99,16 +99,23 @@ type Cluster struct {
 type overridePeers struct {
 	src   replication.PeerSource
 	addrs map[string]string
+	// skip drops peers (retired regions: nothing is shipped to them).
+	skip func(region string) bool
 }
 
 func (o overridePeers) Peers() []replication.Peer {
 	ps := o.src.Peers()
-	for i, p := range ps {
-		if a, ok := o.addrs[p.Region]; ok {
-			ps[i].GRPCAddr = a
+	out := ps[:0]
+	for _, p := range ps {
+		if o.skip != nil && o.skip(p.Region) {
+			continue
 		}
+		if a, ok := o.addrs[p.Region]; ok {
+			p.GRPCAddr = a
+		}
+		out = append(out, p)
 	}
-	return ps
+	return out
 }
 
 func (o overridePeers) Changes() <-chan struct{} { return o.src.Changes() }
@@ -136,6 +143,7 @@ type clusterParts struct {
 	shipper     *replication.Shipper
 	forwarder   *api.Forwarder
 	catchUp     *catchup.Loop
+	registry    *registryView // the region registry (registry.go)
 	replServer  *replication.Server
 	maxProtocol int                  // Cluster.MaxProtocol, for the forwarding service
 	liveDir     *etcdepoch.Directory // pins and live regions (the heal's inbound check, the hand-off)
@@ -217,6 +225,15 @@ func startCluster(ctx context.Context, name string, c *Cluster, st replicaStore,
 			return fail(fmt.Errorf("region %s: init pins: %w", name, err))
 		}
 	}
+	state, err := checkRegistry(ctx, dir, name)
+	if err != nil {
+		return fail(err)
+	}
+	var rebuilt func() bool
+	if rb, ok := st.(interface{ Rebuilding() []string }); ok {
+		rebuilt = func() bool { return len(rb.Rebuilding()) == 0 }
+	}
+	p.registry = startRegistryView(ctx, dir, name, state == epoch.StateJoining, rebuilt, ecfg.TTL, clk.Now, log)
 	if st == nil {
 		return p.startAuthority(ctx, name, c, ecfg, "", clk)
 	}
@@ -279,7 +296,8 @@ func startCluster(ctx context.Context, name string, c *Cluster, st replicaStore,
 	healthpb.RegisterHealthServer(p.grpcSrv, p.health)
 	rs, err := replication.NewServer(replication.ServerConfig{
 		Region: name, Partitions: st.Partitions(), Sink: st, Logger: log, Regions: c.Regions,
-		MaxEpoch: p.maxEpoch, MaxProtocol: c.MaxProtocol,
+		RegionsFunc: func() []string { return p.registry.Allowed(c.Regions) },
+		MaxEpoch:    p.maxEpoch, MaxProtocol: c.MaxProtocol,
 		Fencer: &catchup.Fencer{Pins: p.authority, Log: catchup.SourceHeads(st), Pending: pendingOf(st), Writes: func() catchup.Quiescer {
 			if p.svc == nil {
 				return nil
@@ -312,7 +330,7 @@ func startCluster(ctx context.Context, name string, c *Cluster, st replicaStore,
 	if err != nil {
 		return fail(err)
 	}
-	p.peers = overridePeers{src: p.member, addrs: c.PeerAddrs}
+	p.peers = overridePeers{src: p.member, addrs: c.PeerAddrs, skip: p.registry.Retired}
 	p.shipper, err = replication.NewShipper(replication.ShipperConfig{
 		Region: name, Source: st, Transport: p.transport, Peers: p.peers, Clock: clk, Logger: log,
 		AntiEntropy: c.AntiEntropy,
@@ -373,6 +391,7 @@ func (p *clusterParts) serve(svc *edge.Service) {
 		return // peerless: nothing to serve
 	}
 	api.RegisterForward(p.grpcSrv, svc, api.ForwardPolicy{Regions: p.regions, Jobs: p.jobs, Eraser: p.eraser.Load,
+		RegionsFunc: func() []string { return p.registry.Allowed(p.regions) },
 		MaxProtocol: p.maxProtocol})
 	p.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	p.serving = true
@@ -439,6 +458,7 @@ func (p *clusterParts) close() {
 		if p.keepalive != nil {
 			_ = p.keepalive.Close()
 		}
+		p.registry.close()
 	})
 }
 

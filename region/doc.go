@@ -22,6 +22,15 @@
 // flight under the old epoch have reached the log). Each of these owns one
 // loop, closed by Close.
 //
+// The region registry (registry.go, epoch/doc.go): a retired region, or one
+// the cluster's registry does not name, is refused at Open before its data
+// folder is registered or its lease taken (ErrRegistry); a joining region on
+// a new folder rebuilds from its peers (the regions holding state) and
+// records itself active once every snapshot has arrived; a registry view
+// (one loop) drops retired peers from shipping, from retention's held
+// cursors and from asOf, while their cells stay in every count and in
+// reconciliation.
+//
 // Every region also runs a background reconciler (one loop, ReconcileRate
 // items per second; reconciler.go says how it tells a real drift from writes
 // in flight) and exports its metrics on Registry without sentinel values

@@ -63,6 +63,15 @@ func (r *Region) Handoff(ctx context.Context) (HandoffReport, error) {
 	if err != nil {
 		return rep, fmt.Errorf("%w: list live regions: %w", errHandoff, err)
 	}
+	// Only home and active regions take a hand-off (not a joining one, nor
+	// one being retired), as for a failover.
+	states, err := c.liveDir.RegistryStates(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("%w: read the region registry: %w", errHandoff, err)
+	}
+	if states != nil {
+		live = slices.DeleteFunc(live, func(ri epoch.RegionInfo) bool { return !states[ri.Name].Target() })
+	}
 	target := handoffTarget(self, c.pref, live)
 	pins, err := c.liveDir.Pins(ctx)
 	if err != nil {

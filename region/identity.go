@@ -274,6 +274,14 @@ func (r *Region) checkDataFolder(ctx context.Context) error {
 			return err
 		}
 		ds = dir
+		// A retired or never-added region is refused before its folder is
+		// registered as a data set of the cluster.
+		if _, err := checkRegistry(ctx, dir, cfg.Name); err != nil {
+			return err
+		}
+		if r.regStates, err = dir.RegistryStates(ctx); err != nil {
+			return err
+		}
 	}
 	dec, err := checkIdentity(ctx, filepath.Join(cfg.DataDir, cfg.Name), cfg.Name, ds, cfg.Lifecycle.BootstrapFromPeers, cfg.Clock.Now())
 	if err != nil {
@@ -301,12 +309,18 @@ func (r *Region) startRebuild() error {
 		}
 		return nil
 	})
-	if !r.identity.Bootstrap || r.cfg.Cluster == nil {
+	// A joining region on a new folder rebuilds too: it was added to a
+	// running cluster whose logs may be truncated already.
+	joining := r.identity.Created && r.regStates[r.cfg.Name] == epoch.StateJoining
+	if (!r.identity.Bootstrap && !joining) || r.cfg.Cluster == nil {
 		return nil
 	}
 	var peers []string
 	for _, p := range r.cfg.Cluster.Regions {
-		if p != r.cfg.Name {
+		// With a registry, only regions that hold state send a rebuild
+		// snapshot: not a retired one (it runs no more), not another joining
+		// one, not a name never added.
+		if st := r.regStates[p]; p != r.cfg.Name && (r.regStates == nil || (st.Ships() && st != epoch.StateJoining)) {
 			peers = append(peers, p)
 		}
 	}
@@ -369,7 +383,8 @@ func (r *Region) holdingPeers(horizon time.Duration) []pebblestore.PeerCursor {
 	now := r.cfg.Clock.Now()
 	var out []pebblestore.PeerCursor
 	for _, st := range r.cluster.shipperStats() {
-		if st.LastSuccess.IsZero() || now.Sub(st.LastSuccess) > horizon || len(st.Acked.Log) == 0 {
+		// A retired peer holds nothing at once: it will never ask again.
+		if st.LastSuccess.IsZero() || now.Sub(st.LastSuccess) > horizon || len(st.Acked.Log) == 0 || r.cluster.registry.Retired(st.Region) {
 			continue
 		}
 		out = append(out, pebblestore.PeerCursor{Region: st.Region, Cursor: st.Acked})

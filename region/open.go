@@ -217,8 +217,12 @@ func (o *opening) startEraser(ctx context.Context) error {
 // openCounts starts the count reader over every region's cells.
 func (o *opening) openCounts(context.Context) error {
 	var err error
+	var skip func(string) bool
+	if c := o.r.cluster; c != nil && c.registry != nil {
+		skip = c.registry.Retired
+	}
 	o.r.Counts, err = counts.NewReader(counts.Config{
-		Store: o.r.Backend, Cache: o.caches.cache, Clock: o.cfg.Clock, Regions: o.regions,
+		Store: o.r.Backend, Cache: o.caches.cache, Clock: o.cfg.Clock, Regions: o.regions, Skip: skip,
 	})
 	o.r.regions = o.regions
 	return err

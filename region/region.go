@@ -23,6 +23,7 @@ import (
 	"github.com/likes-dev/likes/clock"
 	"github.com/likes-dev/likes/counts"
 	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/epoch"
 	"github.com/likes-dev/likes/pipeline"
 	"github.com/likes-dev/likes/store/cassandra"
 	"github.com/likes-dev/likes/store/pebblestore"
@@ -175,7 +176,8 @@ type Region struct {
 	retainer   *pebblestore.Retainer // nil: no retention (identity.go)
 	backup     backupGate            // one online backup at a time (backup.go)
 	identity   IdentityDecision
-	regions    []string // every region whose watermark bounds asOf
+	regStates  map[string]epoch.RegionState // the registry at start (nil: none; registry.go)
+	regions    []string                     // every region whose watermark bounds asOf
 	recon      *reconciler
 	reconM     *reconMetrics
 	kafkaM     *kafkalog.ClientMetrics

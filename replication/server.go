@@ -38,6 +38,9 @@ type ServerConfig struct {
 	// Regions are the configured regions: on a mutual-TLS server a caller's
 	// certificate must name one of them (empty: any the CA vouches for).
 	Regions []string
+	// RegionsFunc, when set, replaces Regions and is asked at every call
+	// (the region registry names regions added to a running cluster).
+	RegionsFunc func() []string
 	// Logger receives refusals and store errors. Default: discard.
 	Logger *slog.Logger
 	// MinProtocol and MaxProtocol bound the protocol versions this region
@@ -114,7 +117,11 @@ func (s *Server) lock(ctx context.Context, from string) (unlock func(), err erro
 func (s *Server) checkPeer(ctx context.Context, from string, partitions int) error {
 	// On a mutual-TLS server the sender is who its certificate says; a
 	// message that claims another region is refused before it is read.
-	if err := peertls.CheckCaller(ctx, from, s.cfg.Regions); err != nil {
+	regions := s.cfg.Regions
+	if s.cfg.RegionsFunc != nil {
+		regions = s.cfg.RegionsFunc()
+	}
+	if err := peertls.CheckCaller(ctx, from, regions); err != nil {
 		return status.Errorf(codes.PermissionDenied, "replication: %v", err)
 	}
 	if from == "" {

@@ -114,6 +114,11 @@ func hasHelp(args []string) bool {
 func execute(ctx context.Context, root *command, args []string, e *env) error {
 	cur, path := root, []string{root.name}
 	for cur.subs != nil {
+		// A group that runs itself too (likectl regions [-o json]) does so
+		// unless a subcommand is named.
+		if cur.setup != nil && (len(args) == 0 || cur.sub(args[0]) == nil) {
+			break
+		}
 		if len(args) == 0 {
 			fmt.Fprint(e.stderr, helpText(cur, path, nil))
 			return usagef("%s: want a subcommand: %s", strings.Join(path, " "), subNames(cur))

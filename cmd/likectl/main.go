@@ -68,7 +68,7 @@ func rootCommand() *command {
 			tokenCommand(),
 			tokenKeyCommand(),
 			pinsCommand(),
-			regionsCommand(),
+			regionsGroup(),
 			clusterCommand(),
 			reconcileCommand(),
 			dlqCommand(),

@@ -415,6 +415,9 @@ func pinsMove(ctx context.Context, d *etcdepoch.Directory, rng uint32, to string
 	if int(rng) >= cfg.Ranges {
 		return usagef("pins move: --range %d not in [0, %d)", rng, cfg.Ranges)
 	}
+	if err := checkMoveTarget(ctx, d, to); err != nil {
+		return fmt.Errorf("pins move: %w", err)
+	}
 	cur, err := d.Pin(ctx, rng)
 	if err != nil {
 		return err
@@ -452,6 +455,9 @@ func pinsSettle(ctx context.Context, d *etcdepoch.Directory, rng uint32, stdout 
 }
 
 func pinsDrain(ctx context.Context, d *etcdepoch.Directory, from, to string, unplanned bool, pr *progress, stdout io.Writer) error {
+	if err := checkMoveTarget(ctx, d, to); err != nil {
+		return fmt.Errorf("pins drain: %w", err)
+	}
 	ps, err := d.Pins(ctx)
 	if err != nil {
 		return err
@@ -506,9 +512,14 @@ func rebalance(ctx context.Context, d *etcdepoch.Directory, pr *progress, stdout
 	if err != nil {
 		return err
 	}
+	states, err := d.RegistryStates(ctx)
+	if err != nil {
+		return err
+	}
 	ok := map[string]bool{}
 	for _, ri := range live {
-		ok[ri.Name] = !ri.Draining
+		// A home being retired (or retired) takes nothing back.
+		ok[ri.Name] = !ri.Draining && (states == nil || states[ri.Name] == epoch.StateHome)
 	}
 	ps, err := d.Pins(ctx)
 	if err != nil {

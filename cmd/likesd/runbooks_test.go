@@ -93,7 +93,7 @@ func TestRunbooks(t *testing.T) {
 			t.Errorf("%s does not name the alert %s that sends there", page, alert)
 		}
 	}
-	for _, extra := range []string{"pin-move.md", "region-failover.md", "counter-rebuild.md", "dlq.md", "disk-loss-restore.md", "etcd-quorum-loss.md", "bucket-growth.md"} {
+	for _, extra := range []string{"pin-move.md", "region-failover.md", "counter-rebuild.md", "dlq.md", "disk-loss-restore.md", "etcd-quorum-loss.md", "bucket-growth.md", "region-add-retire.md"} {
 		pages[extra] = true
 	}
 	metric := regexp.MustCompile(`likes_[a-z_]+`)

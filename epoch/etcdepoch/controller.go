@@ -282,6 +282,14 @@ func (c *Controller) reconcile(ctx context.Context, live map[string]bool, fb *fa
 	if err != nil {
 		return // next event or tick retries
 	}
+	// Only home and active regions take failovers (a joining one takes pins
+	// only by planned moves; a draining or retired one takes none). A
+	// registry that cannot be read or validated stops failover until it can:
+	// a corrupt value is never read as "every region".
+	states, err := c.dir.RegistryStates(ctx)
+	if err != nil {
+		return
+	}
 	now := time.Now()
 	for _, p := range pins {
 		if live[p.Region] {
@@ -298,10 +306,10 @@ func (c *Controller) reconcile(ctx context.Context, live map[string]bool, fb *fa
 		// A draining region is alive (its ranges are not failed over) but
 		// takes no new ones.
 		targets := live
-		if len(fb.draining) > 0 {
+		if len(fb.draining) > 0 || states != nil {
 			targets = map[string]bool{}
 			for r, ok := range live {
-				targets[r] = ok && !fb.draining[r]
+				targets[r] = ok && !fb.draining[r] && (states == nil || states[r].Target())
 			}
 		}
 		to := c.next(p.Region, targets)
@@ -396,10 +404,26 @@ func (c *Controller) failBack(ctx context.Context, live map[string]bool, f *fail
 	if err != nil {
 		return // next tick retries
 	}
+	// The homes are the creation regions recorded in etcd (a region added
+	// later may be configured with a longer list: it is home to nothing),
+	// and a home that is draining or retired takes nothing back: the ranges
+	// of a retired home stay where they are (epoch/doc.go).
+	homes, err := c.dir.Homes(ctx)
+	if err != nil {
+		return
+	}
+	if len(homes) == 0 {
+		homes = c.cfg.Homes // a cluster created before the homes were recorded
+	}
+	states, err := c.dir.RegistryStates(ctx)
+	if err != nil {
+		return
+	}
 	now := time.Now()
 	for _, p := range pins {
-		home := epoch.Home(p.Range, c.cfg.Homes)
-		if home == "" || home == p.Region || p.CatchUp || !live[p.Region] || !live[home] || f.draining[home] {
+		home := epoch.Home(p.Range, homes)
+		if home == "" || home == p.Region || p.CatchUp || !live[p.Region] || !live[home] || f.draining[home] ||
+			(states != nil && states[home] != epoch.StateHome) {
 			continue
 		}
 		if since, ok := f.since[home]; !ok || now.Sub(since) < c.cfg.FailbackAfter {

@@ -104,7 +104,8 @@ func (d *Directory) Config() epoch.Config { return d.cfg }
 // fails with an error wrapping ErrMetaMismatch that names each difference (its
 // regions may differ: the homes of a cluster are those of its creation). A
 // cluster created before the metadata existed (a range count, no metadata)
-// gets it on its next Init, guarded by that range count.
+// gets it on its next Init, guarded by that range count. Init also creates
+// the region registry if there is none (EnsureRegistry).
 func (d *Directory) Init(ctx context.Context, ranges int, regions []string) error {
 	if ranges != d.cfg.Ranges {
 		return fmt.Errorf("epoch: Init with %d ranges, directory configured for %d", ranges, d.cfg.Ranges)
@@ -157,7 +158,8 @@ func (d *Directory) Init(ctx context.Context, ranges int, regions []string) erro
 			return err
 		}
 	}
-	return nil
+	// Last, so a registry never names homes whose pins do not exist yet.
+	return d.EnsureRegistry(ctx, regions)
 }
 
 // initMeta checks the stored metadata (kvs: the read of its key) against

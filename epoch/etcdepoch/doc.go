@@ -1,5 +1,7 @@
 // Package etcdepoch keeps write authority in etcd: the pin Directory (Init,
-// Move, Drain, Settle, Regions, Homes), a region's KeepAlive (its lease and
+// Move, Drain, Settle, Regions, Homes; the region registry: Registry,
+// AddRegion, SetRegionState, CheckRegionStart, each write a transaction on
+// the revision read, each value validated strictly when read back), a region's KeepAlive (its lease and
 // registration, SetDraining), the Authority (edge.Authority over a watch-fed
 // pin table) and the Controller (elected failover of dead regions' ranges and
 // failback of ranges to their home). The rules they follow are package

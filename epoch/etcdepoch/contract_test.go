@@ -14,6 +14,7 @@ func TestContractEmbedded(t *testing.T) {
 	t.Run("Authority", func(t *testing.T) { epochtest.RunAuthority(t, clients) })
 	t.Run("Controller", func(t *testing.T) { epochtest.RunController(t, clients) })
 	t.Run("Failback", func(t *testing.T) { epochtest.RunFailback(t, clients) })
+	t.Run("Nodes", func(t *testing.T) { epochtest.RunNodes(t, clients) })
 }
 
 // TestContractExternal runs the same suite against the etcd named by
@@ -24,4 +25,5 @@ func TestContractExternal(t *testing.T) {
 	t.Run("Authority", func(t *testing.T) { epochtest.RunAuthority(t, clients) })
 	t.Run("Controller", func(t *testing.T) { epochtest.RunController(t, clients) })
 	t.Run("Failback", func(t *testing.T) { epochtest.RunFailback(t, clients) })
+	t.Run("Nodes", func(t *testing.T) { epochtest.RunNodes(t, clients) })
 }

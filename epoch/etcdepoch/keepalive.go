@@ -30,6 +30,13 @@ type KeepAliveConfig struct {
 	Interval time.Duration
 	// Clock stamps keepalives (default clock.Real). Scheduling is real time.
 	Clock clock.Clock
+	// Shared makes the lease the region's, not the process's: every node of
+	// a region (likesd --node) keeps the one lease alive, so the region's
+	// ranges stay writable while any node lives, and each node's proof is
+	// its own keepalives. A node joins the lease its region key is bound to
+	// and grants one only when there is none. Such a node leaves with
+	// Abandon while other nodes live, and Closes (revokes) as the last.
+	Shared bool
 }
 
 // KeepAlive keeps one region lease alive and its region key bound to it.
@@ -101,8 +108,12 @@ func StartKeepAlive(ctx context.Context, cli *clientv3.Client, cfg KeepAliveConf
 	return k, nil
 }
 
-// register grants a fresh lease and binds the region key to it.
+// register grants a fresh lease and binds the region key to it (Shared: joins
+// the region's lease when there is one).
 func (k *KeepAlive) register(ctx context.Context) error {
+	if k.cfg.Shared {
+		return k.registerShared(ctx)
+	}
 	sent := k.cfg.Clock.Now()
 	g, err := k.cli.Grant(ctx, k.cfg.TTLSeconds())
 	if err != nil {
@@ -121,6 +132,58 @@ func (k *KeepAlive) register(ctx context.Context) error {
 	}
 	k.lease, k.last = g.ID, sent
 	return nil
+}
+
+// registerShared joins the lease the region key is bound to, or grants one
+// and binds the key to it only if no other node did first (a transaction),
+// else joins that one.
+func (k *KeepAlive) registerShared(ctx context.Context) error {
+	key := k.cfg.RegionKey(k.cfg.Region.Name)
+	for attempt := 0; attempt < 3; attempt++ {
+		sent := k.cfg.Clock.Now()
+		resp, err := k.cli.Get(ctx, key)
+		if err != nil {
+			return fmt.Errorf("epoch: read registration of %s: %w", k.cfg.Region.Name, err)
+		}
+		if len(resp.Kvs) == 1 && resp.Kvs[0].Lease != 0 {
+			id := clientv3.LeaseID(resp.Kvs[0].Lease)
+			if _, err := k.cli.KeepAliveOnce(ctx, id); err == nil {
+				k.setLease(id, sent)
+				return nil
+			} else if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				return fmt.Errorf("epoch: join lease of %s: %w", k.cfg.Region.Name, err)
+			}
+			continue // expired between the read and the keepalive
+		}
+		g, err := k.cli.Grant(ctx, k.cfg.TTLSeconds())
+		if err != nil {
+			return fmt.Errorf("epoch: grant lease for %s: %w", k.cfg.Region.Name, err)
+		}
+		k.mu.Lock()
+		value := k.value
+		k.mu.Unlock()
+		tr, err := k.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, value, clientv3.WithLease(g.ID))).
+			Commit()
+		if err == nil && tr.Succeeded {
+			k.setLease(g.ID, sent)
+			return nil
+		}
+		_, _ = k.cli.Revoke(ctx, g.ID) // another node registered first: join its lease
+		if err != nil {
+			return fmt.Errorf("epoch: register %s: %w", k.cfg.Region.Name, err)
+		}
+	}
+	return fmt.Errorf("epoch: register %s: the region's lease kept changing", k.cfg.Region.Name)
+}
+
+func (k *KeepAlive) setLease(id clientv3.LeaseID, sent time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.closed {
+		k.lease, k.last = id, sent
+	}
 }
 
 func (k *KeepAlive) loop(ctx context.Context) {

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"time"
 
+	"github.com/likes-dev/likes/clock"
 	"github.com/likes-dev/likes/replication"
 )
 
@@ -57,5 +59,38 @@ func TestFencerFinishesPendingWritesBeforeHeads(t *testing.T) {
 	if _, err := (&Fencer{Pins: seenPins(false), Writes: func() Quiescer { return s }, Log: s}).Heads(context.Background(),
 		[]replication.PinRef{{Range: 1, Epoch: 2}}); !errors.Is(err, replication.ErrPinNotSeen) {
 		t.Fatalf("an unseen pin: %v", err)
+	}
+}
+
+// TestFencerSettlesForOtherNodes: on a region of several nodes the Fencer
+// answers "not yet" until Settle has passed since it first saw the asked
+// pins (the other nodes' writes under the older epoch are over by then), and
+// a later pin starts its own wait.
+func TestFencerSettlesForOtherNodes(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1000, 0))
+	s := &steps{heads: []uint64{3}}
+	f := &Fencer{Pins: seenPins(true), Writes: func() Quiescer { return s }, Log: s, Settle: 3 * time.Second, Clock: clk}
+	ask := func(pins ...replication.PinRef) error { _, err := f.Heads(context.Background(), pins); return err }
+	a, b := replication.PinRef{Range: 1, Epoch: 2}, replication.PinRef{Range: 2, Epoch: 5}
+	if err := ask(a); !errors.Is(err, replication.ErrPinNotSeen) {
+		t.Fatalf("at once: %v, want not yet", err)
+	}
+	if len(s.order) != 0 {
+		t.Fatalf("heads read before the settle: %v", s.order)
+	}
+	clk.Advance(2 * time.Second)
+	if err := ask(a); !errors.Is(err, replication.ErrPinNotSeen) {
+		t.Fatalf("after 2s: %v, want not yet", err)
+	}
+	clk.Advance(time.Second)
+	if err := ask(a); err != nil {
+		t.Fatalf("after 3s: %v", err)
+	}
+	if err := ask(a, b); !errors.Is(err, replication.ErrPinNotSeen) {
+		t.Fatalf("a new pin with a settled one: %v, want not yet", err)
+	}
+	clk.Advance(3 * time.Second)
+	if err := ask(a, b); err != nil {
+		t.Fatalf("both settled: %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,11 @@ type Config struct {
 	MaxEvents int
 	// OnError reports a failed window; the aggregator retries on the next tick.
 	OnError func(partition uint32, err error)
+	// Partitions, when not nil, are the only partitions a Group folds (a
+	// region of several nodes splits them over its nodes; epoch.Assign). Two
+	// groups folding one partition for a while are safe: every cell commit is
+	// fenced on its HWM (the zombie-writer case of each CellStore's Commit).
+	Partitions []uint32
 	// Knobs are test-only switches (TestingKnobs); nil in a deployment.
 	Knobs *TestingKnobs
 }
@@ -55,11 +61,17 @@ func (c *Config) validate() error {
 	if c.OnError == nil {
 		c.OnError = func(uint32, error) {}
 	}
+	for _, p := range c.Partitions {
+		if int(p) >= c.Log.Partitions() {
+			return fmt.Errorf("pipeline: Partitions names partition %d of %d", p, c.Log.Partitions())
+		}
+	}
 	return nil
 }
 
 // Stats is a snapshot of an aggregator's progress.
 type Stats struct {
+	Partition uint32
 	Position  uint64
 	Head      uint64
 	Watermark int64
@@ -103,6 +115,7 @@ func NewAggregator(cfg Config, partition uint32) (*Aggregator, error) {
 // Stats returns the latest progress.
 func (a *Aggregator) Stats() Stats {
 	return Stats{
+		Partition:   a.partition,
 		Position:    a.posPub.Load(),
 		Head:        a.head.Load(),
 		Watermark:   a.wmPub.Load(),
@@ -280,6 +293,9 @@ func NewGroup(ctx context.Context, cfg Config) (*Group, error) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	g := &Group{cancel: cancel}
 	for p := 0; p < cfg.Log.Partitions(); p++ {
+		if cfg.Partitions != nil && !slices.Contains(cfg.Partitions, uint32(p)) {
+			continue
+		}
 		a, err := NewAggregator(cfg, uint32(p))
 		if err != nil {
 			cancel()

@@ -78,9 +78,7 @@ func (a *admin) Status(ctx context.Context) (any, error) {
 		st.RelayLag = &lag
 	}
 	if c := a.r.cluster; c != nil {
-		if c.shipper != nil {
-			st.Peers = c.shipper.Stats()
-		}
+		st.Peers = c.shipperStats()
 		st.LastKeepaliveAgo = a.r.cfg.Clock.Now().Sub(c.keepalive.LastKeepalive()).Round(time.Millisecond).String()
 		for _, p := range c.authority.Pins() {
 			if p.Region == a.r.cfg.Name {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/likes-dev/likes/catchup"
 	"log/slog"
+	"io"
 	"net"
 	"strconv"
 	"sync"
@@ -90,9 +91,19 @@ type Cluster struct {
 	// progress: every region first accepts the new key, then sends with it,
 	// then drops the old one).
 	GossipOldKeys [][]byte
+	// Node names this process within its region (likesd --node). Set, the
+	// region may run on several nodes sharing its engines (the Cassandra
+	// store): one lease kept alive by every node, the log partitions'
+	// aggregators and relay split over the live nodes, one shipper and one
+	// planned-move barrier elected among them (nodes.go). Empty: the region
+	// is this one process, as on the embedded store.
+	Node string
 
 	// tracer is Config.Tracer (set by Open on its copy of the Cluster).
 	tracer trace.TracerProvider
+	// storeRequest bounds one request to the shared store (the Cassandra
+	// timeout; set by Open): part of a multi-node Fencer's settle time.
+	storeRequest time.Duration
 }
 
 // overridePeers is a replication.PeerSource that rewrites peers' addresses.
@@ -140,9 +151,11 @@ type clusterParts struct {
 	member      *replication.Membership
 	peers       overridePeers
 	transport   *replication.GRPCTransport
-	shipper     *replication.Shipper
+	shipperRef  atomic.Pointer[replication.Shipper] // the running shipper (on one node of several: while elected)
+	nodes       *etcdepoch.Nodes                    // Cluster.Node set: the region's live nodes
+	singletons  []*etcdepoch.Singleton              // the shipper's and the barrier's elections (Cluster.Node set)
+	direct      []io.Closer                         // the same, started directly (one process per region)
 	forwarder   *api.Forwarder
-	catchUp     *catchup.Loop
 	registry    *registryView // the region registry (registry.go)
 	replServer  *replication.Server
 	maxProtocol int                  // Cluster.MaxProtocol, for the forwarding service
@@ -298,7 +311,7 @@ func startCluster(ctx context.Context, name string, c *Cluster, st replicaStore,
 		Region: name, Partitions: st.Partitions(), Sink: st, Logger: log, Regions: c.Regions,
 		RegionsFunc: func() []string { return p.registry.Allowed(c.Regions) },
 		MaxEpoch:    p.maxEpoch, MaxProtocol: c.MaxProtocol,
-		Fencer: &catchup.Fencer{Pins: p.authority, Log: catchup.SourceHeads(st), Pending: pendingOf(st), Writes: func() catchup.Quiescer {
+		Fencer: &catchup.Fencer{Pins: p.authority, Log: catchup.SourceHeads(st), Pending: pendingOf(st), Settle: p.settle(c, ecfg), Clock: clk, Writes: func() catchup.Quiescer {
 			if p.svc == nil {
 				return nil
 			}
@@ -311,8 +324,12 @@ func startCluster(ctx context.Context, name string, c *Cluster, st replicaStore,
 	rs.Register(p.grpcSrv)
 	p.replServer = rs
 
+	nodeName := ""
+	if c.Node != "" {
+		nodeName = name + "/" + c.Node
+	}
 	p.member, err = replication.NewMembership(replication.MembershipConfig{
-		Region: name, GRPCAddr: grpcAddr, HTTPAddr: c.HTTPAdvertise, BindAddr: c.GossipBind, BindPort: c.GossipPort,
+		Region: name, NodeName: nodeName, GRPCAddr: grpcAddr, HTTPAddr: c.HTTPAdvertise, BindAddr: c.GossipBind, BindPort: c.GossipPort,
 		AdvertiseAddr: advHost, AdvertisePort: advPort,
 		SecretKey: c.GossipKey, OldKeys: c.GossipOldKeys, ProtoMax: c.MaxProtocol,
 	})
@@ -331,12 +348,17 @@ func startCluster(ctx context.Context, name string, c *Cluster, st replicaStore,
 		return fail(err)
 	}
 	p.peers = overridePeers{src: p.member, addrs: c.PeerAddrs, skip: p.registry.Retired}
-	p.shipper, err = replication.NewShipper(replication.ShipperConfig{
+	scfg := replication.ShipperConfig{
 		Region: name, Source: st, Transport: p.transport, Peers: p.peers, Clock: clk, Logger: log,
 		AntiEntropy: c.AntiEntropy,
-	})
-	if err != nil {
-		return fail(err)
+	}
+	startShipper := func() (io.Closer, error) {
+		sh, err := replication.NewShipper(scfg)
+		if err != nil {
+			return nil, err
+		}
+		p.shipperRef.Store(sh)
+		return closerFunc(func() error { p.shipperRef.CompareAndSwap(sh, nil); return sh.Close() }), nil
 	}
 	p.forwarder = api.NewForwarder(name, p.resolve, creds)
 	p.forwarder.MaxProtocol = c.MaxProtocol
@@ -353,7 +375,13 @@ func startCluster(ctx context.Context, name string, c *Cluster, st replicaStore,
 		return fail(err)
 	}
 	p.liveDir, p.ecfg = dir, ecfg
-	p.catchUp = catchup.Start(barrier, clk, 0)
+	startBarrier := func() (io.Closer, error) {
+		l := catchup.Start(barrier, clk, 0)
+		return closerFunc(func() error { l.Close(); return nil }), nil
+	}
+	if err := p.runOnce(c, name, ecfg, log, map[string]func() (io.Closer, error){"shipper": startShipper, "barrier": startBarrier}); err != nil {
+		return fail(err)
+	}
 	return p, nil
 }
 
@@ -365,8 +393,15 @@ func (p *clusterParts) startAuthority(ctx context.Context, name string, c *Clust
 		return nil, err
 	}
 	var err error
+	if c.Node != "" {
+		if p.nodes, err = etcdepoch.StartNodes(ctx, c.Etcd, etcdepoch.NodesConfig{Config: ecfg, Region: name,
+			Self: etcdepoch.NodeInfo{Node: c.Node, HTTP: c.HTTPAdvertise, GRPC: grpcAddr}}); err != nil {
+			return fail(fmt.Errorf("region %s: %w", name, err))
+		}
+	}
 	p.keepalive, err = etcdepoch.StartKeepAlive(ctx, c.Etcd, etcdepoch.KeepAliveConfig{
 		Config: ecfg, Region: epoch.RegionInfo{Name: name, HTTP: c.HTTPAdvertise, GRPC: grpcAddr}, Clock: clk,
+		Shared: c.Node != "",
 	})
 	if err != nil {
 		return fail(err)
@@ -416,12 +451,7 @@ func (p *clusterParts) resolve(region string) (string, bool) {
 
 func (p *clusterParts) close() {
 	p.once.Do(func() {
-		if p.catchUp != nil {
-			p.catchUp.Close()
-		}
-		if p.shipper != nil {
-			_ = p.shipper.Close()
-		}
+		p.stopOnce()
 		if p.transport != nil {
 			_ = p.transport.Close()
 		}
@@ -455,8 +485,16 @@ func (p *clusterParts) close() {
 		if p.authority != nil {
 			p.authority.Close()
 		}
+		last := p.lastNode()
+		if p.nodes != nil {
+			p.nodes.Close() // the other nodes take this one's partitions at once
+		}
 		if p.keepalive != nil {
-			_ = p.keepalive.Close()
+			if last {
+				_ = p.keepalive.Close()
+			} else {
+				p.keepalive.Abandon() // the region's lease lives on through its other nodes
+			}
 		}
 		p.registry.close()
 	})
@@ -464,11 +502,14 @@ func (p *clusterParts) close() {
 
 // shipperStats is the shipper's per-peer state (none for a peerless region).
 func (p *clusterParts) shipperStats() []replication.PeerStats {
-	if p.shipper == nil {
-		return nil
+	if sh := p.shipperRef.Load(); sh != nil {
+		return sh.Stats()
 	}
-	return p.shipper.Stats()
+	return nil
 }
+
+// Stats implements replication.PeerStatser over whichever shipper runs.
+func (p *clusterParts) Stats() []replication.PeerStats { return p.shipperStats() }
 
 // GossipAddr is this region's memberlist address (host:port), to give other
 // regions as a seed; "" for a region without a Cluster.

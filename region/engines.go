@@ -392,6 +392,7 @@ func (r *Region) kafkaConfig() kafkalog.Config {
 	k := r.cfg.Engines.Kafka
 	return kafkalog.Config{
 		Brokers: k.Brokers, Topic: k.Topic, Partitions: r.Backend.Partitions(), ReplicationFactor: k.ReplicationFactor,
+		RelayPartitions: r.ownedParts(),
 		ClientID:     "likes-" + r.cfg.Name,
 		PollInterval: k.PollInterval, HeartbeatInterval: k.HeartbeatInterval,
 		Opts:    append(kafkaTLS(k.TLS), r.kafkaM.Opt()),
@@ -429,7 +430,10 @@ func (r *Region) stopRelay() {
 // startAggregators starts the aggregator group; it resumes every partition
 // from the position committed in the store.
 func (r *Region) startAggregators(ctx context.Context) error {
-	g, err := pipeline.NewGroup(ctx, r.pcfg)
+	r.pmu.Lock()
+	pcfg := r.pcfg
+	r.pmu.Unlock()
+	g, err := pipeline.NewGroup(ctx, pcfg)
 	if err != nil {
 		return err
 	}
@@ -472,7 +476,8 @@ func (r *Region) aggStats() []pipeline.Stats {
 func (r *Region) aggregatorLag(ctx context.Context) (uint64, error) {
 	const lagProbe = 1000
 	var lag uint64
-	for p, s := range r.aggStats() {
+	for _, s := range r.aggStats() {
+		p := s.Partition
 		if s.Head <= s.Position {
 			continue
 		}

@@ -54,10 +54,17 @@ func (r *Region) Handoff(ctx context.Context) (HandoffReport, error) {
 	start := time.Now()
 	var rep HandoffReport
 	c := r.cluster
-	if c == nil || c.liveDir == nil || c.shipper == nil {
+	if c == nil || c.liveDir == nil || c.grpcSrv == nil {
 		return rep, nil
 	}
 	r.Drain()
+	if !c.lastNode() {
+		// Other nodes of the region serve on: its ranges stay, and its
+		// shipper runs (or is elected) there.
+		r.log.Info("graceful stop: other nodes of the region serve on; nothing to hand off", "nodes", c.nodes.Live())
+		rep.Took = time.Since(start)
+		return rep, nil
+	}
 	self := r.cfg.Name
 	live, err := c.liveDir.Regions(ctx)
 	if err != nil {

@@ -228,8 +228,8 @@ func (r *Region) registerClusterMetrics() {
 		&pinsCollector{pins: c.authority.Pins, desc: prometheus.NewDesc("likes_pins",
 			"Ranges pinned to each region (label owner) in this region's view of the pin table.", []string{"owner"}, nil)},
 	)
-	if c.shipper != nil {
-		r.Registry.MustRegister(replication.NewShipperCollector(c.shipper, clk))
+	if c.grpcSrv != nil {
+		r.Registry.MustRegister(replication.NewShipperCollector(c, clk))
 	}
 	if c.grpcMetrics != nil {
 		r.Registry.MustRegister(c.grpcMetrics)

@@ -12,6 +12,7 @@ import (
 	"github.com/likes-dev/likes/clock"
 	"github.com/likes-dev/likes/counts"
 	"github.com/likes-dev/likes/edge"
+	"github.com/likes-dev/likes/epoch/etcdepoch"
 	"github.com/likes-dev/likes/internal/buildinfo"
 	"github.com/likes-dev/likes/internal/tracing"
 	"github.com/likes-dev/likes/pipeline"
@@ -67,6 +68,14 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if err := cfg.Engines.normalize(cfg.Name, cfg.Cluster != nil && !cfg.Cluster.Peerless(cfg.Name)); err != nil {
 		return cfg, err
+	}
+	if c := cfg.Cluster; c != nil && c.Node != "" {
+		if err := etcdepoch.ValidNode(c.Node); err != nil {
+			return cfg, fmt.Errorf("region: %w", err)
+		}
+		if cfg.Engines.Store != StoreCassandra {
+			return cfg, fmt.Errorf("region: node %q: several nodes per region need the Cassandra store (--store cassandra); a region on the embedded store is one process", c.Node)
+		}
 	}
 	if cfg.DataDir == "" && cfg.Engines.Store == StorePebble {
 		return cfg, errors.New("region: Config needs DataDir (the Pebble store's folder)")
@@ -134,6 +143,7 @@ func (o *opening) joinCluster(ctx context.Context) error {
 	var err error
 	cc := *cfg.Cluster
 	cc.tracer = cfg.Tracer
+	cc.storeRequest = cfg.Engines.Cassandra.Timeout
 	if r.cluster, err = startCluster(ctx, cfg.Name, &cc, replica, cfg.Clock, o.log); err != nil {
 		return err
 	}
@@ -177,6 +187,9 @@ func (o *opening) openWritePath(context.Context) error {
 // with its relay) and starts the aggregators.
 func (o *opening) startPipeline(ctx context.Context) error {
 	cfg, r, log := o.cfg, o.r, o.log
+	if c := r.cluster; c != nil && c.nodes != nil {
+		r.assign = newAssigner(r, c.nodes) // this node's share, before the relay and aggregators start
+	}
 	if err := r.openLog(ctx); err != nil {
 		return err
 	}
@@ -189,8 +202,15 @@ func (o *opening) startPipeline(ctx context.Context) error {
 			}
 			log.Warn("aggregator window failed; retrying", "partition", p, "err", err)
 		},
+		Partitions: r.ownedParts(),
 	}
-	return r.startAggregators(ctx)
+	if err := r.startAggregators(ctx); err != nil {
+		return err
+	}
+	if r.assign != nil {
+		r.assign.start()
+	}
+	return nil
 }
 
 // startEraser starts the account-erasure worker.

@@ -43,7 +43,7 @@ func TestPeerlessCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.close()
-	if p.grpcSrv != nil || p.member != nil || p.shipper != nil || p.forwarder != nil || p.catchUp != nil || p.shipperStats() != nil {
+	if p.grpcSrv != nil || p.member != nil || p.shipperRef.Load() != nil || p.forwarder != nil || len(p.singletons)+len(p.direct) != 0 || p.shipperStats() != nil {
 		t.Fatal("a peerless region started replication parts")
 	}
 	p.serve(nil) // nothing to serve; must not start anything

@@ -79,7 +79,7 @@ func (r *Region) Drain() {
 	if r.cluster.health != nil {
 		r.cluster.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	}
-	if r.cluster.keepalive != nil {
+	if r.cluster.keepalive != nil && r.cluster.lastNode() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		if err := r.cluster.keepalive.SetDraining(ctx); err != nil {

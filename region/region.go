@@ -174,6 +174,7 @@ type Region struct {
 	recount    func(ctx context.Context, item string) (Recount, error)
 	cluster    *clusterParts
 	retainer   *pebblestore.Retainer // nil: no retention (identity.go)
+	assign     *assigner             // nil: this process folds and relays every partition (nodes.go)
 	backup     backupGate            // one online backup at a time (backup.go)
 	identity   IdentityDecision
 	regStates  map[string]epoch.RegionState // the registry at start (nil: none; registry.go)
@@ -237,6 +238,9 @@ func (r *Region) Close() error {
 		}
 		if r.retainer != nil {
 			add(r.retainer.Close())
+		}
+		if r.assign != nil {
+			r.assign.Close() // before the aggregators and relay it restarts
 		}
 		r.stopAggregators()
 		if r.Counts != nil {

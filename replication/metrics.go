@@ -17,7 +17,7 @@ import (
 // acknowledged: how old this region's counts are at the peer. It is not
 // reported before the peer has acknowledged a watermark (no sentinel value).
 type ShipperCollector struct {
-	s   *Shipper
+	s   PeerStatser
 	clk clock.Clock
 
 	lagEvents, lagSeconds, active                        *prometheus.Desc
@@ -26,9 +26,17 @@ type ShipperCollector struct {
 
 var _ prometheus.Collector = (*ShipperCollector)(nil)
 
+// PeerStatser is what a ShipperCollector reads: a *Shipper, or a region's
+// view of whichever shipper runs now (a region of several nodes runs one).
+type PeerStatser interface {
+	Stats() []PeerStats
+}
+
+var _ PeerStatser = (*Shipper)(nil)
+
 // NewShipperCollector returns the collector of s; clk is the clock the lag is
 // measured with (nil: the wall clock).
-func NewShipperCollector(s *Shipper, clk clock.Clock) *ShipperCollector {
+func NewShipperCollector(s PeerStatser, clk clock.Clock) *ShipperCollector {
 	if clk == nil {
 		clk = clock.Real{}
 	}

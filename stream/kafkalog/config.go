@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,6 +30,12 @@ type Config struct {
 	// log's Partitions() and the topic's partition count (default 16, the
 	// pebblestore default).
 	Partitions int
+	// RelayPartitions, when not nil, are the only source partitions a Relay
+	// publishes (a region of several nodes splits them over its nodes;
+	// epoch.Assign). A partition two relays publish for a while (the nodes
+	// disagree during a change) gets its records twice; the aggregators'
+	// dedupe drops the copies (pipeline/doc.go).
+	RelayPartitions []uint32
 	// ReplicationFactor for topics this package creates (default 1, for dev;
 	// use 3 with min.insync.replicas=2 in production).
 	ReplicationFactor int16
@@ -67,6 +74,11 @@ type Config struct {
 }
 
 // Validate fills defaults in and checks every field.
+// relays reports whether a Relay of this Config publishes partition p.
+func (c *Config) relays(p uint32) bool {
+	return c.RelayPartitions == nil || slices.Contains(c.RelayPartitions, p)
+}
+
 func (c *Config) Validate() error {
 	if len(c.Brokers) == 0 {
 		c.Brokers = []string{"127.0.0.1:9092"}
@@ -95,6 +107,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Partitions < 1 || c.Partitions > 1<<16 {
 		return fmt.Errorf("kafkalog: Partitions must be in [1, 65536], got %d", c.Partitions)
+	}
+	for _, p := range c.RelayPartitions {
+		if int(p) >= c.Partitions {
+			return fmt.Errorf("kafkalog: RelayPartitions names partition %d of %d", p, c.Partitions)
+		}
 	}
 	if c.ReplicationFactor == 0 {
 		c.ReplicationFactor = 1

@@ -98,6 +98,9 @@ func NewRelay(ctx context.Context, cfg Config, src pipeline.Log) (*Relay, error)
 		r.parts = append(r.parts, &relayPart{p: uint32(p), kick: make(chan struct{}, 1)})
 	}
 	for _, rp := range r.parts {
+		if !cfg.relays(rp.p) {
+			continue
+		}
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
@@ -120,7 +123,7 @@ func (r *Relay) Close() error {
 // Kick makes partition p's loop look at the source now instead of at its next
 // poll (a hint from the writer; never needed for correctness).
 func (r *Relay) Kick(p uint32) {
-	if int(p) < len(r.parts) {
+	if int(p) < len(r.parts) && r.cfg.relays(p) {
 		select {
 		case r.parts[p].kick <- struct{}{}:
 		default:
@@ -130,21 +133,27 @@ func (r *Relay) Kick(p uint32) {
 
 // Stats returns each partition's progress.
 func (r *Relay) Stats() []RelayStats {
-	out := make([]RelayStats, len(r.parts))
-	for i, rp := range r.parts {
-		out[i] = RelayStats{
+	out := make([]RelayStats, 0, len(r.parts))
+	for _, rp := range r.parts {
+		if !r.cfg.relays(rp.p) {
+			continue
+		}
+		out = append(out, RelayStats{
 			Partition: rp.p, SourcePos: rp.published.Load(), Watermark: rp.wmPub.Load(),
 			Events: rp.events.Load(), Heartbeats: rp.heartbeats.Load(),
 			Errors: rp.errors.Load(), Resumes: rp.resumes.Load(),
-		}
+		})
 	}
 	return out
 }
 
-// Flush publishes everything every source partition holds at the call (and is
-// acked by Kafka) before returning.
+// Flush publishes everything every source partition it relays holds at the
+// call (and is acked by Kafka) before returning.
 func (r *Relay) Flush(ctx context.Context) error {
 	for p := range r.parts {
+		if !r.cfg.relays(uint32(p)) {
+			continue
+		}
 		if err := r.FlushPartition(ctx, uint32(p)); err != nil {
 			return err
 		}

@@ -393,8 +393,8 @@ func (r *Region) kafkaConfig() kafkalog.Config {
 	return kafkalog.Config{
 		Brokers: k.Brokers, Topic: k.Topic, Partitions: r.Backend.Partitions(), ReplicationFactor: k.ReplicationFactor,
 		RelayPartitions: r.ownedParts(),
-		ClientID:     "likes-" + r.cfg.Name,
-		PollInterval: k.PollInterval, HeartbeatInterval: k.HeartbeatInterval,
+		ClientID:        "likes-" + r.cfg.Name,
+		PollInterval:    k.PollInterval, HeartbeatInterval: k.HeartbeatInterval,
 		Opts:    append(kafkaTLS(k.TLS), r.kafkaM.Opt()),
 		OnError: func(p uint32, err error) { r.log.Warn("kafka relay failed; retrying", "partition", p, "err", err) },
 		OnPoison: func(p uint32, off int64, err error) {

@@ -12,4 +12,6 @@ func EnginesForTest(t testing.TB, name string) Engines { return engineConfig(t, 
 func (r *Region) OwnedPartitionsForTest() []uint32 { return r.ownedParts() }
 
 // ShippingForTest reports whether this node runs the region's shipper now.
-func (r *Region) ShippingForTest() bool { return r.cluster != nil && r.cluster.shipperRef.Load() != nil }
+func (r *Region) ShippingForTest() bool {
+	return r.cluster != nil && r.cluster.shipperRef.Load() != nil
+}

@@ -32,12 +32,8 @@ var ErrTruncated = pipeline.ErrTruncated
 // a request stamped just before the sweep's clock reading still finds it.
 const idemGrace = time.Minute
 
-// PeerCursor is one peer's acknowledged cursor for this region's streams (what
-// it stored atomically with what it applied, as its last answer said).
-type PeerCursor struct {
-	Region string
-	Cursor replica.Cursor
-}
+// PeerCursor is replica.PeerCursor (one peer's acknowledged cursor).
+type PeerCursor = replica.PeerCursor
 
 // RetentionRound is the input of one retention round.
 type RetentionRound struct {

@@ -19,6 +19,7 @@ import (
 	"github.com/likes-dev/likes/replica"
 	"github.com/likes-dev/likes/store/cassandra"
 	"github.com/likes-dev/likes/store/pebblestore"
+	"github.com/likes-dev/likes/store/retain"
 )
 
 // Lifecycle configures the region's bounded state and its data folder's
@@ -362,8 +363,8 @@ func (o *opening) startRetention(context.Context) error {
 		r.retainer = ret
 		stats = func() (uint64, uint64, uint64) { s := ret.Stats(); return s.LogDeleted, s.IdemDeleted, s.Failures }
 	} else {
-		ret, err := cassandra.NewRetainer(cassandra.RetainerConfig{
-			Store: r.Cassandra, Clock: cfg.Clock, Retention: horizon, Interval: cfg.Lifecycle.RetentionInterval,
+		ret, err := cassandra.NewRetainer(r.Cassandra, retain.Config{
+			Clock: cfg.Clock, Retention: horizon, Interval: cfg.Lifecycle.RetentionInterval,
 			KeepLog: keepLog, Peers: peers, Logger: o.log,
 		}, false)
 		if err != nil {

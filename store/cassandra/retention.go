@@ -4,16 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/gocql/gocql"
 
-	"github.com/likes-dev/likes/clock"
 	"github.com/likes-dev/likes/pipeline"
-	"github.com/likes-dev/likes/replica"
+	"github.com/likes-dev/likes/store/retain"
 )
 
 // ErrTruncated is pipeline.ErrTruncated, wrapped with the position asked for.
@@ -60,50 +57,15 @@ func (s *Store) LogFloor(ctx context.Context, part uint32) (uint64, error) {
 // sequence below it fails with ErrTruncated.
 func (s *Store) FeedFloor(ctx context.Context) (uint64, error) { return s.logFloor(ctx, feedPart) }
 
-// RetentionRound is the input of one retention round: the same inputs as the
-// embedded store's (pebblestore.RetentionRound).
-type RetentionRound struct {
-	// Now is the round's time (the Retainer's clock).
-	Now time.Time
-	// Horizon is the retention: log events, feed entries and dedupe rows
-	// younger than it are always kept. Must be > 0.
-	Horizon time.Duration
-	// Peers are the cursors of the peers that hold truncation back (those
-	// that acknowledged within the horizon); a peer left out holds nothing
-	// and, behind the truncation point, catches up from a snapshot.
-	Peers []replica.PeerCursor
-	// Log enables truncation and dedupe pruning (off when the aggregators
-	// read another log, e.g. Kafka). Idempotency records expire by their
-	// Cassandra TTL either way.
-	Log bool
-	// Scan bounds the positions one round looks at per partition and the
-	// dedupe rows it reads (default 4096).
-	Scan int
-}
+// RetentionRound is the input of one retention round: the embedded store's
+// (retain.Round; Scan bounds the positions per partition and the dedupe rows
+// one round reads).
+type RetentionRound = retain.Round
 
-// RetentionStats is what rounds did (cumulative in a Retainer).
-type RetentionStats struct {
-	Rounds        uint64
-	LogDeleted    uint64 // log positions deleted
-	FeedDeleted   uint64 // cell-change feed entries deleted
-	DedupeDeleted uint64 // dedupe rows pruned
-	More          bool   // the last round stopped at its Scan bound somewhere
-	LastRound     time.Time
-	LastError     string
-	Failures      uint64
-	LogFloors     []uint64 // truncation point per partition after the last round
-	FeedFloor     uint64
-}
-
-func (a *RetentionStats) add(b RetentionStats) {
-	a.Rounds++
-	a.LogDeleted += b.LogDeleted
-	a.FeedDeleted += b.FeedDeleted
-	a.DedupeDeleted += b.DedupeDeleted
-	a.More = b.More
-	a.LogFloors = b.LogFloors
-	a.FeedFloor = b.FeedFloor
-}
+// RetentionStats is what rounds did (retain.Stats): OutboxDeleted and
+// OutboxFloor are the cell-change feed's; IdemDeleted stays 0 (records
+// expire by their Cassandra TTL).
+type RetentionStats = retain.Stats
 
 // Retain runs one bounded retention round (see doc.go, "Retention"): it
 // truncates each log partition below min(the aggregator's committed
@@ -135,7 +97,7 @@ func (s *Store) Retain(ctx context.Context, in RetentionRound) (RetentionStats, 
 			st.LogFloors[p] = f
 		}
 		f, err := s.logFloor(ctx, feedPart)
-		st.FeedFloor = f
+		st.OutboxFloor = f
 		return st, err
 	}
 	parts := s.opts.Partitions
@@ -174,7 +136,7 @@ func (s *Store) Retain(ctx context.Context, in RetentionRound) (RetentionStats, 
 		st.LogFloors[i] = floors[i]
 		st.More = st.More || more[i]
 	}
-	st.FeedDeleted, st.FeedFloor = deleted[parts], floors[parts]
+	st.OutboxDeleted, st.OutboxFloor = deleted[parts], floors[parts]
 	st.More = st.More || more[parts]
 	n, m, err := s.pruneDedupe(ctx, in, cutoff)
 	st.DedupeDeleted, st.More, errs[parts+1] = n, st.More || m, err
@@ -301,144 +263,27 @@ func (s *Store) pageOf(ctx context.Context, size int, state []byte, stmt string,
 	return it, it.PageState()
 }
 
-// maxRoundsPerInterval bounds the rounds one interval runs while there is
-// more to do.
-const maxRoundsPerInterval = 64
+// Retainer owns the retention loop of one store (retain.Loop: one goroutine
+// running rounds every Interval on the injected clock; Step, Interval,
+// Stats, Close). Close is idempotent.
+type Retainer struct{ *retain.Loop }
 
-// RetainerConfig configures a Retainer (the embedded store's
-// pebblestore.RetainerConfig, without the idempotency sweep: records expire
-// by their Cassandra TTL).
-type RetainerConfig struct {
-	// Store is the keyspace kept bounded. Required.
-	Store *Store
-	// Clock drives the rounds and is the rounds' Now (default: wall clock).
-	Clock clock.Clock
-	// Retention is the horizon. Required (> 0).
-	Retention time.Duration
-	// Interval is the time between rounds (default 1 minute); a round that
-	// stopped at its scan bound is followed by another at once, up to 64.
-	Interval time.Duration
-	// Peers returns the cursors of the peers that hold truncation back (see
-	// RetentionRound.Peers); nil: no peer holds anything.
-	Peers func() []replica.PeerCursor
-	// KeepLog disables truncation and dedupe pruning (RetentionRound.Log).
-	KeepLog bool
-	// Scan bounds one round (default 4096).
-	Scan int
-	// Logger receives failed rounds (default: slog.Default()).
-	Logger *slog.Logger
-}
-
-// Retainer owns the retention loop of one store: one goroutine running
-// rounds every Interval on the injected clock. Close stops it and waits; it
-// is idempotent.
-type Retainer struct {
-	cfg    RetainerConfig
-	cancel context.CancelFunc
-	done   chan struct{}
-	once   sync.Once
-
-	mu sync.Mutex
-	st RetentionStats
-}
-
-// NewRetainer validates cfg and starts the loop (its first round is one
-// Interval away). manual: no loop; Step and Interval run rounds (tests).
-func NewRetainer(cfg RetainerConfig, manual bool) (*Retainer, error) {
-	if cfg.Store == nil {
-		return nil, errors.New("cassandra: RetainerConfig.Store is required")
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.Real{}
+// NewRetainer runs s's rounds (Retain) as cfg says (its Retain and Enough
+// are set here: the embedded store's loop without the idempotency sweep's
+// budget, records expiring by their Cassandra TTL; Interval defaults to 1
+// minute) and starts the loop, its first round one Interval away. manual: no
+// loop; Step and Interval run rounds (tests).
+func NewRetainer(s *Store, cfg retain.Config, manual bool) (*Retainer, error) {
+	if s == nil {
+		return nil, errors.New("cassandra: NewRetainer needs a store")
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = time.Minute
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
 	if cfg.Retention <= 0 || cfg.Interval < 0 || cfg.Scan < 0 {
-		return nil, fmt.Errorf("cassandra: RetainerConfig: Retention (%v) must be > 0, Interval (%v) and Scan (%d) not negative",
+		return nil, fmt.Errorf("cassandra: retainer: Retention (%v) must be > 0, Interval (%v) and Scan (%d) not negative",
 			cfg.Retention, cfg.Interval, cfg.Scan)
 	}
-	r := &Retainer{cfg: cfg, cancel: func() {}, done: make(chan struct{})}
-	if manual {
-		close(r.done)
-		return r, nil
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
-	go r.run(ctx)
-	return r, nil
-}
-
-func (r *Retainer) run(ctx context.Context) {
-	defer close(r.done)
-	t := r.cfg.Clock.NewTicker(r.cfg.Interval)
-	defer t.Stop()
-	failing := false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
-		failing = r.Interval(ctx, failing)
-	}
-}
-
-// Interval runs rounds until one finds nothing more to do, at most 64, and
-// returns whether the last failed (failing: whether the one before did, so a
-// persistent failure is logged once).
-func (r *Retainer) Interval(ctx context.Context, failing bool) bool {
-	for i := 0; i < maxRoundsPerInterval && ctx.Err() == nil; i++ {
-		st, err := r.Step(ctx)
-		if err != nil {
-			if !failing && ctx.Err() == nil {
-				r.cfg.Logger.Warn("cassandra retention round failed; retrying next interval", "err", err)
-			}
-			return true
-		}
-		if !st.More {
-			return false
-		}
-	}
-	return failing
-}
-
-// Step runs one round now and returns what it did. Not safe for concurrent
-// use with itself.
-func (r *Retainer) Step(ctx context.Context) (RetentionStats, error) {
-	in := RetentionRound{Now: r.cfg.Clock.Now(), Horizon: r.cfg.Retention, Log: !r.cfg.KeepLog, Scan: r.cfg.Scan}
-	if r.cfg.Peers != nil {
-		in.Peers = r.cfg.Peers()
-	}
-	st, err := r.cfg.Store.Retain(ctx, in)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.st.add(st)
-	r.st.LastRound = in.Now
-	if err != nil {
-		r.st.Failures++
-		r.st.LastError = err.Error()
-	}
-	return st, err
-}
-
-// Stats returns what the rounds did so far.
-func (r *Retainer) Stats() RetentionStats {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	st := r.st
-	st.LogFloors = append([]uint64(nil), st.LogFloors...)
-	return st
-}
-
-// Close stops the loop and waits for it. Idempotent.
-func (r *Retainer) Close() error {
-	r.once.Do(func() {
-		r.cancel()
-		<-r.done
-	})
-	return nil
+	cfg.Retain, cfg.Enough = s.Retain, nil
+	return &Retainer{retain.New(cfg, manual)}, nil
 }

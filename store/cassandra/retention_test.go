@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"testing"
 	"time"
 
@@ -12,8 +11,10 @@ import (
 	"github.com/likes-dev/likes/crdt"
 	"github.com/likes-dev/likes/edge"
 	"github.com/likes-dev/likes/pipeline"
+	"github.com/likes-dev/likes/pipeline/pipelinetest"
 	"github.com/likes-dev/likes/replica"
 	"github.com/likes-dev/likes/store/cassandra"
+	"github.com/likes-dev/likes/store/retain"
 )
 
 const day = 24 * time.Hour
@@ -68,17 +69,7 @@ func (f *retFixture) write(item, user string, target crdt.State) {
 
 func (f *retFixture) aggregate() {
 	f.t.Helper()
-	for _, a := range f.aggs {
-		for {
-			_, caught, err := a.Step(f.ctx)
-			if err != nil {
-				f.t.Fatal(err)
-			}
-			if caught {
-				break
-			}
-		}
-	}
+	pipelinetest.CatchUp(f.t, f.aggs)
 }
 
 func (f *retFixture) retain(peers ...replica.PeerCursor) cassandra.RetentionStats {
@@ -90,9 +81,9 @@ func (f *retFixture) retain(peers ...replica.PeerCursor) cassandra.RetentionStat
 			f.t.Fatal(err)
 		}
 		total.LogDeleted += st.LogDeleted
-		total.FeedDeleted += st.FeedDeleted
+		total.OutboxDeleted += st.OutboxDeleted
 		total.DedupeDeleted += st.DedupeDeleted
-		total.LogFloors, total.FeedFloor = st.LogFloors, st.FeedFloor
+		total.LogFloors, total.OutboxFloor = st.LogFloors, st.OutboxFloor
 		if !st.More {
 			return total
 		}
@@ -146,13 +137,13 @@ func TestRetentionTruncatesBelowEveryConsumer(t *testing.T) {
 		t.Fatalf("heads %v", heads)
 	}
 	// Young events are kept whatever the consumers say.
-	if st := f.retain(); st.LogDeleted != 0 || st.FeedDeleted != 0 || st.DedupeDeleted != 0 {
+	if st := f.retain(); st.LogDeleted != 0 || st.OutboxDeleted != 0 || st.DedupeDeleted != 0 {
 		t.Fatalf("deleted young data: %+v", st)
 	}
 	f.clk.Advance(8 * day)
 	// A holding peer that acknowledged nothing holds everything, however old.
 	zero := replica.PeerCursor{Region: "r2", Cursor: replica.Cursor{Log: []uint64{0, 0}}}
-	if st := f.retain(zero); st.LogDeleted != 0 || st.FeedDeleted != 0 {
+	if st := f.retain(zero); st.LogDeleted != 0 || st.OutboxDeleted != 0 {
 		t.Fatalf("deleted what a holding peer has not acknowledged: %+v", st)
 	}
 	// A peer claiming cursors far past the heads (a hostile or confused
@@ -207,7 +198,7 @@ func TestRetentionTruncatesBelowEveryConsumer(t *testing.T) {
 			t.Fatalf("%d rows left below the floor of partition %d", n, p)
 		}
 	}
-	if st.FeedFloor == 0 {
+	if st.OutboxFloor == 0 {
 		t.Fatalf("cell-change feed not truncated: %+v", st)
 	}
 	if _, _, err := f.st.CellChanges(ctx, 0, 10); !errors.Is(err, pipeline.ErrTruncated) {
@@ -255,33 +246,27 @@ func TestRetentionKeepsYoungDedupe(t *testing.T) {
 	}
 }
 
-// TestRetainerLoop: the loop runs rounds on its clock, Close is idempotent
-// and waits, and a bad config is refused.
-func TestRetainerLoop(t *testing.T) {
+// TestRetainerRefusesBadConfig: the loop itself is retain.Loop (tested
+// under the embedded store, and run on Cassandra by region's
+// TestCassandraRegionRetention); its configuration is checked here.
+func TestRetainerRefusesBadConfig(t *testing.T) {
 	f := newRetFixture(t, "r1", 1)
-	for i := 0; i < 3; i++ {
-		f.write("i", fmt.Sprintf("u%d", i), crdt.Liked)
+	for _, cfg := range []retain.Config{{Retention: -time.Hour}, {}, {Retention: time.Hour, Interval: -time.Minute}} {
+		if _, err := cassandra.NewRetainer(f.st, cfg, true); err == nil {
+			t.Fatalf("config %+v accepted", cfg)
+		}
 	}
-	f.aggregate()
-	r, err := cassandra.NewRetainer(cassandra.RetainerConfig{Store: f.st, Clock: f.clk, Retention: time.Hour, Interval: time.Minute}, false)
+	if _, err := cassandra.NewRetainer(nil, retain.Config{Retention: time.Hour}, true); err == nil {
+		t.Fatal("no store accepted")
+	}
+	r, err := cassandra.NewRetainer(f.st, retain.Config{Retention: time.Hour, Clock: f.clk}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for r.Stats().LogDeleted < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("loop never truncated: %+v", r.Stats())
-		}
-		f.clk.Advance(2 * time.Hour)
-		runtime.Gosched() // let the loop take the tick
-	}
-	if err := r.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cassandra.NewRetainer(cassandra.RetainerConfig{Store: f.st, Retention: -time.Hour}, true); err == nil {
-		t.Fatal("negative retention accepted")
+	f.write("i", "u", crdt.Liked)
+	f.aggregate()
+	f.clk.Advance(2 * time.Hour)
+	if failing := r.Interval(f.ctx, false); failing || r.Stats().LogDeleted != 1 {
+		t.Fatalf("a manual interval: failing %v, %+v", failing, r.Stats())
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/likes-dev/likes/crdt"
 	"github.com/likes-dev/likes/edge"
 	"github.com/likes-dev/likes/pipeline"
+	"github.com/likes-dev/likes/pipeline/pipelinetest"
 	"github.com/likes-dev/likes/replica"
 	"github.com/likes-dev/likes/store/pebblestore"
 )
@@ -59,17 +60,15 @@ func populate(t *testing.T, ctx context.Context, src snapStore, clk clock.Clock)
 	if err := src.PutErasure(ctx, edge.ErasureJob{User: "u7", State: edge.ErasureRunning, StartedAt: clk.Now().UnixMilli()}); err != nil {
 		t.Fatal(err)
 	}
+	var aggs []*pipeline.Aggregator
 	for p := 0; p < 2; p++ {
 		a, err := pipeline.NewAggregator(pipeline.Config{Region: "r1", Log: src, Cells: src, Clock: clk}, uint32(p))
 		if err != nil {
 			t.Fatal(err)
 		}
-		for caught := false; !caught; {
-			if _, caught, err = a.Step(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
+		aggs = append(aggs, a)
 	}
+	pipelinetest.CatchUp(t, aggs)
 }
 
 // transfer reads a snapshot of src in chunks of 7 and applies it to dst.

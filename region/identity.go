@@ -16,7 +16,10 @@ import (
 
 	"github.com/likes-dev/likes/epoch"
 	"github.com/likes-dev/likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/replica"
+	"github.com/likes-dev/likes/store/cassandra"
 	"github.com/likes-dev/likes/store/pebblestore"
+	"github.com/likes-dev/likes/store/retain"
 )
 
 // Lifecycle configures the region's bounded state and its data folder's
@@ -331,43 +334,59 @@ func (r *Region) startRebuild() error {
 	return nil
 }
 
-// startRetention starts the retention loop of the Pebble store (none on other
-// stores: their engines keep their own retention).
+// startRetention starts the retention loop of the region's store: the
+// Pebble Retainer, or the Cassandra one (store/cassandra/retention.go), with
+// the same horizon, peers and rule.
 func (o *opening) startRetention(context.Context) error {
 	cfg, r := o.cfg, o.r
-	if r.Store == nil || cfg.Lifecycle.LogRetention < 0 {
+	if (r.Store == nil && r.Cassandra == nil) || cfg.Lifecycle.LogRetention < 0 {
 		return nil
 	}
 	horizon := cfg.Lifecycle.LogRetention
 	if horizon == 0 {
 		horizon = pebblestore.DefaultRetention
 	}
-	var err error
-	r.retainer, err = pebblestore.NewRetainer(pebblestore.RetainerConfig{
-		Store: r.Store, Clock: cfg.Clock, Retention: horizon, Interval: cfg.Lifecycle.RetentionInterval,
-		// The aggregators read Kafka (their positions are not this log's), or
-		// replay from 0 on purpose (--unsafe-break fence): keep the log.
-		KeepLog: cfg.Engines.Log != LogStore || cfg.knobs().Unsafe.NoFence,
-		Peers:   func() []pebblestore.PeerCursor { return r.holdingPeers(horizon) },
-		Logger:  o.log,
-	})
-	if err != nil {
-		return err
+	// The aggregators read Kafka (their positions are not this log's), or
+	// replay from 0 on purpose (--unsafe-break fence): keep the log.
+	keepLog := cfg.Engines.Log != LogStore || cfg.knobs().Unsafe.NoFence
+	peers := func() []replica.PeerCursor { return r.holdingPeers(horizon) }
+	// stats: log events deleted, idempotency records deleted, failed rounds.
+	var stats func() (uint64, uint64, uint64)
+	if r.Store != nil {
+		ret, err := pebblestore.NewRetainer(pebblestore.RetainerConfig{
+			Store: r.Store, Clock: cfg.Clock, Retention: horizon, Interval: cfg.Lifecycle.RetentionInterval,
+			KeepLog: keepLog, Peers: peers, Logger: o.log,
+		})
+		if err != nil {
+			return err
+		}
+		r.retainer = ret
+		stats = func() (uint64, uint64, uint64) { s := ret.Stats(); return s.LogDeleted, s.IdemDeleted, s.Failures }
+	} else {
+		ret, err := cassandra.NewRetainer(r.Cassandra, retain.Config{
+			Clock: cfg.Clock, Retention: horizon, Interval: cfg.Lifecycle.RetentionInterval,
+			KeepLog: keepLog, Peers: peers, Logger: o.log,
+		}, false)
+		if err != nil {
+			return err
+		}
+		r.retainer = ret
+		// Idempotency records expire by their Cassandra TTL: none to count.
+		stats = func() (uint64, uint64, uint64) { s := ret.Stats(); return s.LogDeleted, 0, s.Failures }
 	}
-	ret := r.retainer
 	r.Registry.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "likes_retention_log_events_deleted_total",
 			Help: "Committed log events deleted by retention (below every consumer and older than --log-retention).",
-		}, func() float64 { return float64(ret.Stats().LogDeleted) }),
+		}, func() float64 { n, _, _ := stats(); return float64(n) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "likes_retention_idempotency_deleted_total",
-			Help: "Expired idempotency records removed from disk (own and other regions').",
-		}, func() float64 { return float64(ret.Stats().IdemDeleted) }),
+			Help: "Expired idempotency records removed from disk (own and other regions'; on Cassandra their TTL removes them, uncounted).",
+		}, func() float64 { _, n, _ := stats(); return float64(n) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "likes_retention_failures_total",
 			Help: "Retention rounds that failed (they retry; the log says why).",
-		}, func() float64 { return float64(ret.Stats().Failures) }),
+		}, func() float64 { _, _, n := stats(); return float64(n) }),
 	)
 	return nil
 }
@@ -376,18 +395,18 @@ func (o *opening) startRetention(context.Context) error {
 // every configured peer the shipper has heard from within the horizon. A peer
 // silent for longer (or not heard from since this process started) holds
 // nothing; behind the truncation point it catches up from a snapshot.
-func (r *Region) holdingPeers(horizon time.Duration) []pebblestore.PeerCursor {
+func (r *Region) holdingPeers(horizon time.Duration) []replica.PeerCursor {
 	if r.cluster == nil {
 		return nil
 	}
 	now := r.cfg.Clock.Now()
-	var out []pebblestore.PeerCursor
+	var out []replica.PeerCursor
 	for _, st := range r.cluster.shipperStats() {
 		// A retired peer holds nothing at once: it will never ask again.
 		if st.LastSuccess.IsZero() || now.Sub(st.LastSuccess) > horizon || len(st.Acked.Log) == 0 || r.cluster.registry.Retired(st.Region) {
 			continue
 		}
-		out = append(out, pebblestore.PeerCursor{Region: st.Region, Cursor: st.Acked})
+		out = append(out, replica.PeerCursor{Region: st.Region, Cursor: st.Acked})
 	}
 	return out
 }

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -173,9 +174,9 @@ type Region struct {
 	cellWrites atomic.Uint64
 	recount    func(ctx context.Context, item string) (Recount, error)
 	cluster    *clusterParts
-	retainer   *pebblestore.Retainer // nil: no retention (identity.go)
-	assign     *assigner             // nil: this process folds and relays every partition (nodes.go)
-	backup     backupGate            // one online backup at a time (backup.go)
+	retainer   io.Closer  // the store's retention loop; nil: none (identity.go)
+	assign     *assigner  // nil: this process folds and relays every partition (nodes.go)
+	backup     backupGate // one online backup at a time (backup.go)
 	identity   IdentityDecision
 	regStates  map[string]epoch.RegionState // the registry at start (nil: none; registry.go)
 	regions    []string                     // every region whose watermark bounds asOf

@@ -22,6 +22,14 @@ type Cursor struct {
 	Cells uint64
 }
 
+// PeerCursor is one peer's acknowledged cursor for this region's streams
+// (what it stored atomically with what it applied, as its last answer said):
+// the input every store's retention takes to hold truncation back.
+type PeerCursor struct {
+	Region string
+	Cursor Cursor
+}
+
 // Source is the sending side of a region's store.
 type Source interface {
 	// Partitions is the log partition count (the same in every region).

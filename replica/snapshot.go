@@ -59,6 +59,15 @@ type SnapshotMark struct {
 	YourCells uint64
 }
 
+// Clone is a copy of m that shares no slice with it.
+func (m SnapshotMark) Clone() SnapshotMark {
+	m.Log = append([]uint64(nil), m.Log...)
+	if m.YourLog != nil {
+		m.YourLog = append([]uint64(nil), m.YourLog...)
+	}
+	return m
+}
+
 // SnapshotReader reads one consistent snapshot in chunks. Not safe for
 // concurrent use; Close releases the snapshot.
 type SnapshotReader interface {

@@ -66,11 +66,12 @@ func (s *Store) Applied(ctx context.Context, part uint32, keys []pipeline.EdgeKe
 			n := min(len(users), 100)
 			it := s.read(ctx, s.q.dedupeSelect, item, s.opts.Region, int(part), users[:n]).Iter()
 			var u string
-			var we, wo, ce, co int64
-			for it.Scan(&u, &we, &wo, &ce, &co) {
+			var we, wo, ce, co, at int64
+			for it.Scan(&u, &we, &wo, &ce, &co, &at) {
 				out[pipeline.EdgeKey{Item: item, User: u}] = pipeline.Applied{
 					Write:      crdt.Version{Epoch: uint64(we), Op: uint64(wo)},
 					Correction: crdt.Version{Epoch: uint64(ce), Op: uint64(co)},
+					At:         at,
 				}
 			}
 			if err := it.Close(); err != nil {
@@ -163,7 +164,7 @@ func (s *Store) Commit(ctx context.Context, w pipeline.Window) error {
 		for _, k := range keys {
 			a := w.Dedupe[k]
 			b.Query(s.q.dedupeUpdate, int64(a.Write.Epoch), int64(a.Write.Op), int64(a.Correction.Epoch), int64(a.Correction.Op),
-				item, s.opts.Region, int(w.Partition), k.User)
+				a.At, item, s.opts.Region, int(w.Partition), k.User)
 		}
 	}
 	// The items' batches are independent partitions and any subset of them

@@ -2,7 +2,8 @@
 // Cassandra (gocql): edges, idempotency records, the user index, erasure jobs,
 // the committed log (an outbox), cells with the aggregators' dedupe state, and
 // consumer positions. It implements edge.Store, edge.JobStore, pipeline.Log,
-// pipeline.CellStore, counts.CountStore, replica.Source and replica.Sink with
+// pipeline.CellStore, counts.CountStore, replica.Source, replica.Sink,
+// replica.SnapshotSource, replica.RebuildSource and replica.SnapshotSink with
 // the semantics of the embedded store (store/pebblestore), and passes the same
 // contract suites (edge/edgetest, including its replica contract, and
 // pipeline/pipelinetest). Migrate creates and upgrades the
@@ -51,12 +52,15 @@
 //	sweep_cursors ((partition))          minute: first intent bucket not known clean
 //	cells        ((item), kind, region, shard, user)
 //	             kind 0, user '': a cell, ORDINARY columns p, n, hwm, watermark
-//	             kind 1: dedupe state of edge (item, user): w_epoch, w_op, c_epoch, c_op
+//	             kind 1: dedupe state of edge (item, user): w_epoch, w_op, c_epoch, c_op,
+//	             d_at (schema 6: the newest applied event's time)
 //	positions    ((partition))           pos, watermark
 //	watermarks   ((region))              peers' watermarks (replication), USING TIMESTAMP watermark
 //	remote_cursors ((region), stream)    pos: how far a peer's log partition (stream >= 0) or
 //	                                     cell feed (stream -1) is applied, USING TIMESTAMP pos (schema 5)
 //	meta         ((name))                region, partition count, creation time (fixed)
+//	log_floors   ((partition))           through, last_time USING TIMESTAMP through; deleted
+//	                                     USING TIMESTAMP deleted: truncation points (schema 6)
 //
 // Cells are never counter columns: a counter increment is not idempotent (a
 // retried one applies twice) and cannot take part in an LWT.
@@ -278,6 +282,98 @@
 // Paxos and logical timestamps never meet on one cell. MergeCells writes a
 // peer's cell USING TIMESTAMP hwm (its single writer's order: the higher hwm
 // wins in any order of arrival), then the cell cursor and the watermark.
+//
+// # Retention (retention.go, issue 14)
+//
+// The same rule as the embedded store (pebblestore.Retain, argued in
+// pipeline's package doc), from the same inputs (RetentionRound: the
+// horizon, replica.PeerCursor of every peer that acknowledged within it,
+// from region.holdingPeers). A Retainer per process runs bounded rounds every
+// minute on the injected clock (region's startRetention, --log-retention):
+//
+//   - Each log partition is truncated through the last position at or below
+//     min(its aggregator's committed position, every holding peer's cursor,
+//     its head) whose event is older than the horizon (event times never
+//     decrease along a partition); the cell-change feed (feedPart) through
+//     the last entry at or below every holding peer's cell cursor that is
+//     older than the horizon. A peer far behind therefore keeps every row it
+//     has not acknowledged for as long as it holds, i.e. until it has been
+//     silent for the horizon; then it catches up from a snapshot.
+//   - Order: the floor first (log_floors.through, a plain LOCAL_QUORUM write
+//     USING TIMESTAMP through, so it never moves back), then the rows, then
+//     log_floors.deleted. Read and CellChanges look at the floor only when
+//     rows they expect are missing (nothing on the normal path): a read that
+//     missed a deleted row finds the raised floor and fails with
+//     ErrTruncated, never skips. A round that failed after the floor deletes
+//     again from deleted.
+//   - Deletes are by partition and range, never by row: every chunk
+//     partition ((partition, chunk), 1024 positions) entirely at or below the
+//     floor is one partition tombstone; the chunk holding the floor gets one
+//     range tombstone (pos <= through) per round. Readers start above the
+//     floor, so a slice read of that chunk never crosses its range
+//     tombstones.
+//   - Dedupe rows (kind 1 in the item's cells partition) carry d_at, the
+//     newest applied event's time (pipeline.Applied.At); a round reads one
+//     page of this region's dedupe rows (paging state kept between rounds,
+//     wrapping) and deletes those older than the horizon. These are row
+//     deletes: dedupe rows age one by one inside an item's partition. Each
+//     delete carries the row's own write time as its timestamp, so a commit
+//     that rewrote the row after the scan (a later timestamp) survives; a
+//     row written before schema 6 (no d_at) is stamped with now in the same
+//     way and goes one horizon later.
+//
+// TTLs. Idempotency records already carry one: every record (own: idemTTL;
+// replicated and snapshot-applied: recordTTL) is written USING TTL = its
+// logical expiry + IdemGrace (1h). That is provably safe: a record decides
+// nothing after its expires_at (replay is decided on it), and the grace
+// keeps it until the request clock says so. Cassandra's compaction is
+// therefore the embedded store's expired-record sweep; there is none here.
+// The log, the feed and dedupe rows get no TTL: a TTL runs from the write on
+// the server's clock and knows no consumer, so an outbox row would expire
+// under an aggregator stalled longer than the horizon (lost counts) or under
+// a holding peer (which would skip events instead of getting ErrTruncated,
+// since no floor rose). A dedupe TTL of the horizon would be safe by the
+// pipeline argument (write time >= event time), but the horizon is a flag
+// that may change while a TTL is fixed at the write, and dedupe must stay
+// whole when the aggregators read Kafka (KeepLog: no pruning); so pruning
+// follows the rounds.
+//
+// Left as they are: relay intents are deleted by their relay or by the
+// sweeper once their event is relayed (the sweep cursor then passes their
+// minute bucket; gc_grace 1h), so they hold only the relays in flight; the
+// other tables hold one row per edge, user, item, cell or stream. Caveat: a
+// straggler that writes an append's inflight slots after a round deleted
+// them (a slow appender, a reader filling a gap) re-creates at most those
+// slots below the floor; no read reaches them (reads start above the floor)
+// and a later range delete removes them when they are in the floor's chunk.
+// Several processes' rounds at once repeat the same deletes.
+//
+// # Snapshots (snapshot.go)
+//
+// Cassandra has no consistent snapshot. OpenSnapshot reads the mark first
+// (every log partition's head and the feed's, LOCAL_QUORUM) and then scans
+// the tables in pages: edges, idempotency records, erasure jobs, this
+// region's cells (RebuildSource adds the receiver's cells and this store's
+// cursors for its streams, read before them). Everything through the mark
+// is in the scan: an edge event reaches the outbox only after its edge row
+// was written and after its idempotency record and index entry (the relay's
+// order), and a cell change reaches the feed only after its cell was
+// written. What the scan reads may be newer than the mark (states written
+// meanwhile); the receiver then applies those events again from the log
+// after the mark, which the replicated-event rule makes harmless. Known gap:
+// an erasure start or finish whose log event is at or below the mark but
+// whose job row is written after the erasures were scanned (PutErasure and
+// the eraser append first, then write the job) is in neither; the edges it
+// erased still arrive (scanned or after the mark), the receiver only lacks
+// that user's mark until the next snapshot.
+//
+// ApplySnapshot / FinishSnapshot (replica.SnapshotSink) apply the entries
+// through the replicated-event path (edges as SnapEdgeEvent, marks as
+// SnapErasureEvent, one user's in order), records if absent and unexpired
+// (USING TTL), cells as MergeCells; the mark raises each cursor (USING
+// TIMESTAMP pos: never down). A rebuild's YourCells and YourLog are
+// refused: a Cassandra region is not rebuilt from peers (no
+// replica.RebuildSink); its data lives in Cassandra's own replicas.
 //
 // # LWT contention limits
 //

@@ -168,3 +168,34 @@ func (s *Store) HeadOf(ctx context.Context, part uint32) (uint64, int, error) {
 	r, err := s.readSeq(ctx, part, true)
 	return r.head, len(r.inflight), err
 }
+
+// FeedPart is the outbox partition of the cell-change feed.
+const FeedPart = feedPart
+
+// OutboxRows counts the outbox rows of partition part (FeedPart: the feed)
+// at positions 1..through.
+func (s *Store) OutboxRows(ctx context.Context, part uint32, through uint64) (int, error) {
+	total := 0
+	for c := int64(0); c <= chunkOf(through); c++ {
+		var n int64
+		if err := s.read(ctx, "SELECT COUNT(*) FROM "+s.opts.Keyspace+".outbox WHERE partition = ? AND chunk = ? AND pos <= ?",
+			int(part), c, int64(through)).Scan(&n); err != nil {
+			return 0, err
+		}
+		total += int(n)
+	}
+	return total, nil
+}
+
+// DedupeRows counts this region's dedupe rows.
+func (s *Store) DedupeRows(ctx context.Context) (int, error) {
+	it := s.read(ctx, s.q.dedupeScan, s.opts.Region).PageSize(1000).Iter()
+	n := 0
+	var item, user string
+	var shard int
+	var at, wt int64
+	for it.Scan(&item, &shard, &user, &at, &wt) {
+		n++
+	}
+	return n, it.Close()
+}

@@ -466,6 +466,14 @@ func (s *Store) readLog(ctx context.Context, part uint32, after uint64, limit in
 		return nil, h, err
 	}
 	if len(missing) > 0 {
+		// Rows below the truncation point were deleted by retention. Its
+		// floor is written before its rows are deleted (retention.go), so a
+		// read that missed deleted rows sees the raised floor here.
+		if fl, err := s.logFloor(ctx, part); err != nil {
+			return nil, h, err
+		} else if after < fl {
+			return nil, h, truncatedErr(part, after, fl)
+		}
 		// Missing rows are the head's inflight slots (the appender is
 		// writing them, or died): write them from the sequence row.
 		byPos := map[uint64]slot{}

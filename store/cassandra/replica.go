@@ -209,14 +209,7 @@ func (s *Store) ApplyRemoteParts(ctx context.Context, from string, parts []repli
 			byUser[ev.User] = append(byUser[ev.User], ev)
 		}
 	}
-	if err := parallel(len(users), func(i int) error {
-		for _, ev := range byUser[users[i]] {
-			if err := s.applyRemoteEvent(ctx, ev); err != nil {
-				return fmt.Errorf("cassandra: apply %s event of %q at %d/%d: %w", ev.Kind, from, ev.Partition, ev.Pos, err)
-			}
-		}
-		return nil
-	}); err != nil {
+	if err := s.applyByUser(ctx, from, users, byUser); err != nil {
 		return err
 	}
 	return parallel(len(advance), func(i int) error {

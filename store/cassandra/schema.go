@@ -182,6 +182,24 @@ var Steps = []Step{
 		// this region's own job (edge.ReopenLate).
 		`ALTER TABLE %[1]s.erasures ADD IF NOT EXISTS (remote boolean, late int)`,
 	}},
+	{6, "retention: truncation points of the log and the cell-change feed, dedupe event times", []string{
+		// log_floors: per outbox partition (a log partition, or the
+		// cell-change feed's), the truncation point: reads after a position
+		// below through fail with ErrTruncated, and its rows are deleted
+		// (retention.go); last_time is the event time at through; deleted
+		// is how far the deletion of rows has completed (at most through).
+		// Plain writes USING TIMESTAMP through (deleted: USING TIMESTAMP
+		// deleted), so neither moves back whatever order writes land in;
+		// never deleted.
+		`CREATE TABLE IF NOT EXISTS %[1]s.log_floors (
+			partition int PRIMARY KEY,
+			through bigint,
+			last_time bigint,
+			deleted bigint)`,
+		// cells.d_at: on a dedupe row (kind 1), the event time of the newest
+		// event it applied (pipeline.Applied.At), what pruning reads.
+		`ALTER TABLE %[1]s.cells ADD IF NOT EXISTS d_at bigint`,
+	}},
 }
 
 // SchemaVersion is the version Migrate brings a keyspace to.

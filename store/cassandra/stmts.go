@@ -62,6 +62,17 @@ type stmts struct {
 	cellsOfRegion   string
 	userItemsAll    string
 	userItemDelete  string
+
+	floorGet       string
+	floorPut       string // USING TIMESTAMP through
+	floorDeleted   string // USING TIMESTAMP deleted
+	outboxDropPart string // one chunk partition
+	outboxDropTo   string // a chunk's rows at or below a position
+	dedupeScan     string
+	dedupeDrop     string // USING TIMESTAMP the row's write time
+	dedupeStamp    string // USING TIMESTAMP the row's write time
+	edgesAll       string
+	idemAll        string
 }
 
 func newStmts(ks string) stmts {
@@ -121,9 +132,9 @@ func newStmts(ks string) stmts {
 			VALUES (?, 0, ?, ?, '', ?, ?, ?, ?) IF NOT EXISTS`),
 		cellUpdate: q(`UPDATE KS.cells SET p = ?, n = ?, hwm = ?, watermark = ?
 			WHERE item = ? AND kind = 0 AND region = ? AND shard = ? AND user = '' IF hwm = ?`),
-		dedupeUpdate: q(`UPDATE KS.cells SET w_epoch = ?, w_op = ?, c_epoch = ?, c_op = ?
+		dedupeUpdate: q(`UPDATE KS.cells SET w_epoch = ?, w_op = ?, c_epoch = ?, c_op = ?, d_at = ?
 			WHERE item = ? AND kind = 1 AND region = ? AND shard = ? AND user = ?`),
-		dedupeSelect: q(`SELECT user, w_epoch, w_op, c_epoch, c_op FROM KS.cells
+		dedupeSelect: q(`SELECT user, w_epoch, w_op, c_epoch, c_op, d_at FROM KS.cells
 			WHERE item = ? AND kind = 1 AND region = ? AND shard = ? AND user IN ?`),
 		cellCount:     q(`SELECT SUM(p), SUM(n) FROM KS.cells WHERE item = ? AND kind = 0`),
 		positionGet:   q(`SELECT pos, watermark FROM KS.positions WHERE partition = ?`),
@@ -139,5 +150,19 @@ func newStmts(ks string) stmts {
 		cellsOfRegion:  q(`SELECT item, shard, p, n, hwm, watermark FROM KS.cells WHERE kind = 0 AND region = ? ALLOW FILTERING`),
 		userItemsAll:   q(`SELECT item FROM KS.user_items WHERE user = ?`),
 		userItemDelete: q(`DELETE FROM KS.user_items WHERE user = ? AND item = ?`),
+
+		floorGet:       q(`SELECT through, deleted FROM KS.log_floors WHERE partition = ?`),
+		floorPut:       q(`INSERT INTO KS.log_floors (partition, through, last_time) VALUES (?, ?, ?) USING TIMESTAMP ?`),
+		floorDeleted:   q(`UPDATE KS.log_floors USING TIMESTAMP ? SET deleted = ? WHERE partition = ?`),
+		outboxDropPart: q(`DELETE FROM KS.outbox WHERE partition = ? AND chunk = ?`),
+		outboxDropTo:   q(`DELETE FROM KS.outbox WHERE partition = ? AND chunk = ? AND pos <= ?`),
+		dedupeScan: q(`SELECT item, shard, user, d_at, WRITETIME(w_op) FROM KS.cells
+			WHERE kind = 1 AND region = ? ALLOW FILTERING`),
+		dedupeDrop: q(`DELETE FROM KS.cells USING TIMESTAMP ?
+			WHERE item = ? AND kind = 1 AND region = ? AND shard = ? AND user = ?`),
+		dedupeStamp: q(`UPDATE KS.cells USING TIMESTAMP ? SET d_at = ?
+			WHERE item = ? AND kind = 1 AND region = ? AND shard = ? AND user = ?`),
+		edgesAll: q(`SELECT item, user, state, epoch, op, updated_at FROM KS.edges`),
+		idemAll:  q(`SELECT user, key, fingerprint, liked, changed, expires_at FROM KS.idem`),
 	}
 }

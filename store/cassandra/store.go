@@ -108,6 +108,9 @@ type Store struct {
 
 	paxosOps, plainOps atomic.Uint64 // requests issued (Ops)
 
+	retMu        sync.Mutex // retention's dedupe scan (retention.go)
+	dedupeResume []byte     // its next page (nil: from the start)
+
 	ctx     context.Context // canceled by Close: background work stops
 	cancel  context.CancelFunc
 	closing chan struct{}

@@ -1,14 +1,13 @@
 package pebblestore
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/store/retain"
 )
 
 // DefaultRetention is the log retention horizon (seed 000: 7 days).
@@ -19,10 +18,6 @@ const DefaultRetention = 7 * 24 * time.Hour
 // 1.5 × a day's. At the seed's 5 B like events a day a region holds ~5 B
 // records (its own and its peers'): a pass reads ~116 k records a second.
 const DefaultIdemPass = 12 * time.Hour
-
-// minRoundsPerInterval is the rounds an interval runs when there is more to
-// do, whatever the sweep's budget.
-const minRoundsPerInterval = 64
 
 // RetainerConfig configures a Retainer.
 type RetainerConfig struct {
@@ -54,17 +49,12 @@ type RetainerConfig struct {
 	Logger *slog.Logger
 }
 
-// Retainer owns the retention loop of one store: one goroutine running a
-// Retain round every Interval on the injected clock. Close stops it and
-// waits; it is idempotent.
+// Retainer owns the retention loop of one store (retain.Loop: one goroutine
+// running rounds every Interval on the injected clock; Step, Interval, Stats,
+// Close), with the idempotency sweep's budget. Close is idempotent.
 type Retainer struct {
-	cfg    RetainerConfig
-	cancel context.CancelFunc
-	done   chan struct{}
-	once   sync.Once
-
-	mu sync.Mutex
-	st RetentionStats
+	*retain.Loop
+	cfg RetainerConfig
 }
 
 func (c RetainerConfig) withDefaults() (RetainerConfig, error) {
@@ -98,74 +88,34 @@ func (c RetainerConfig) withDefaults() (RetainerConfig, error) {
 
 // NewRetainer validates cfg and starts the loop (its first round is one
 // Interval away).
-func NewRetainer(cfg RetainerConfig) (*Retainer, error) {
-	r, err := newRetainer(cfg)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
-	go r.run(ctx)
-	return r, nil
-}
+func NewRetainer(cfg RetainerConfig) (*Retainer, error) { return newRetainer(cfg, false) }
 
 // NewManualRetainer is a Retainer without its loop: Step runs a round (the
 // simulation and tests step it). Close is a no-op.
-func NewManualRetainer(cfg RetainerConfig) (*Retainer, error) {
-	r, err := newRetainer(cfg)
-	if err != nil {
-		return nil, err
-	}
-	close(r.done)
-	return r, nil
-}
+func NewManualRetainer(cfg RetainerConfig) (*Retainer, error) { return newRetainer(cfg, true) }
 
-func newRetainer(cfg RetainerConfig) (*Retainer, error) {
+func newRetainer(cfg RetainerConfig, manual bool) (*Retainer, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	return &Retainer{cfg: cfg, cancel: func() {}, done: make(chan struct{})}, nil
-}
-
-func (r *Retainer) run(ctx context.Context) {
-	defer close(r.done)
-	t := r.cfg.Clock.NewTicker(r.cfg.Interval)
-	defer t.Stop()
-	failing := false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
-		failing = r.Interval(ctx, failing)
-	}
-}
-
-// Interval runs one interval's rounds: until nothing is left to do, or
-// until at least minRoundsPerInterval rounds ran and the idempotency sweep
-// scanned its budget (IdemBudget). It returns whether the last round failed (failing:
-// whether the one before did, so a persistent failure is logged once). The
-// loop calls it every Interval; a manual Retainer's owner may call it.
-func (r *Retainer) Interval(ctx context.Context, failing bool) bool {
+	r := &Retainer{cfg: cfg}
+	// An interval runs until nothing is left to do, or until at least
+	// retain.MinRoundsPerInterval rounds ran and the idempotency sweep
+	// scanned its budget (IdemBudget).
 	var scanned uint64
-	for i := 0; ctx.Err() == nil; i++ {
-		st, err := r.Step(ctx)
-		if err != nil {
-			if !failing && ctx.Err() == nil {
-				r.cfg.Logger.Warn("retention round failed; retrying next interval", "err", err)
-			}
-			return true
+	enough := func(i int, st RetentionStats) bool {
+		if i == 0 {
+			scanned = 0
 		}
 		scanned += st.IdemScanned
 		// The budget is read again after each round: in a first pass the
 		// estimate grows as the sweep sees more of the records.
-		if !st.More || (i+1 >= minRoundsPerInterval && scanned >= r.IdemBudget()) {
-			return false
-		}
+		return i+1 >= retain.MinRoundsPerInterval && scanned >= r.IdemBudget()
 	}
-	return failing
+	r.Loop = retain.New(retain.Config{Retain: cfg.Store.Retain, Clock: cfg.Clock, Retention: cfg.Retention,
+		Interval: cfg.Interval, Peers: cfg.Peers, KeepLog: cfg.KeepLog, Scan: cfg.Scan, Enough: enough, Logger: cfg.Logger}, manual)
+	return r, nil
 }
 
 // IdemBudget is how many idempotency records this interval's rounds scan at
@@ -175,44 +125,4 @@ func (r *Retainer) IdemBudget() uint64 {
 	n := r.cfg.Store.IdemEstimate()
 	b := uint64(1.1 * float64(n) * float64(r.cfg.Interval) / float64(r.cfg.IdemPass))
 	return min(b, uint64(n))
-}
-
-// Step runs one round now and returns what it did. Not safe for concurrent
-// use with itself (the loop is its caller, or a test when manual).
-func (r *Retainer) Step(ctx context.Context) (RetentionStats, error) {
-	in := RetentionRound{Now: r.cfg.Clock.Now(), Horizon: r.cfg.Retention, Log: !r.cfg.KeepLog, Scan: r.cfg.Scan}
-	if r.cfg.Peers != nil {
-		in.Peers = r.cfg.Peers()
-	}
-	st, err := r.cfg.Store.Retain(ctx, in)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.st.add(st)
-	r.st.LastRound = in.Now
-	if err != nil {
-		r.st.Failures++
-		r.st.LastError = err.Error()
-	}
-	return st, err
-}
-
-// Stats returns what the rounds did so far.
-func (r *Retainer) Stats() RetentionStats {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	st := r.st
-	st.LogFloors = append([]uint64(nil), st.LogFloors...)
-	return st
-}
-
-// Retention is the configured horizon.
-func (r *Retainer) Retention() time.Duration { return r.cfg.Retention }
-
-// Close stops the loop and waits for it. Idempotent.
-func (r *Retainer) Close() error {
-	r.once.Do(func() {
-		r.cancel()
-		<-r.done
-	})
-	return nil
 }

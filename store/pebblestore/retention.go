@@ -13,6 +13,7 @@ import (
 	"github.com/likes-dev/likes/edge"
 	"github.com/likes-dev/likes/pipeline"
 	"github.com/likes-dev/likes/replica"
+	"github.com/likes-dev/likes/store/retain"
 )
 
 // Retention keys: t part(4) → the log's truncation point (events at or below
@@ -32,61 +33,14 @@ var ErrTruncated = pipeline.ErrTruncated
 // a request stamped just before the sweep's clock reading still finds it.
 const idemGrace = time.Minute
 
-// PeerCursor is one peer's acknowledged cursor for this region's streams (what
-// it stored atomically with what it applied, as its last answer said).
-type PeerCursor struct {
-	Region string
-	Cursor replica.Cursor
-}
+// PeerCursor is replica.PeerCursor (one peer's acknowledged cursor).
+type PeerCursor = replica.PeerCursor
 
-// RetentionRound is the input of one retention round.
-type RetentionRound struct {
-	// Now is the round's time (the Retainer's clock).
-	Now time.Time
-	// Horizon is the retention: log events, outbox entries and dedupe entries
-	// younger than it are always kept. Must be > 0.
-	Horizon time.Duration
-	// Peers are the cursors of the peers that hold truncation back: those that
-	// acknowledged within the horizon. A peer left out (down for longer, or not
-	// heard from since this process started) no longer holds anything: if its
-	// cursor falls below the truncation point it catches up from a snapshot.
-	Peers []PeerCursor
-	// Log enables log and outbox truncation and dedupe pruning (off when the
-	// aggregators read another log, e.g. Kafka, whose positions are not this
-	// log's). Idempotency records are swept either way.
-	Log bool
-	// Scan bounds the keys one round looks at per kind (default 4096): a round
-	// never holds the writer long, and a backlog is worked off over rounds.
-	Scan int
-}
+// RetentionRound is the input of one retention round (retain.Round).
+type RetentionRound = retain.Round
 
-// RetentionStats is what rounds did (cumulative in a Retainer).
-type RetentionStats struct {
-	Rounds        uint64
-	LogDeleted    uint64 // log events deleted
-	OutboxDeleted uint64 // outbox entries deleted
-	DedupeDeleted uint64 // dedupe entries pruned
-	IdemDeleted   uint64 // expired idempotency records deleted
-	IdemScanned   uint64 // idempotency records looked at
-	More          bool   // the last round stopped at its Scan bound somewhere
-	LastRound     time.Time
-	LastError     string
-	Failures      uint64
-	LogFloors     []uint64 // truncation point per partition after the last round
-	OutboxFloor   uint64
-}
-
-func (a *RetentionStats) add(b RetentionStats) {
-	a.Rounds++
-	a.LogDeleted += b.LogDeleted
-	a.OutboxDeleted += b.OutboxDeleted
-	a.DedupeDeleted += b.DedupeDeleted
-	a.IdemDeleted += b.IdemDeleted
-	a.IdemScanned += b.IdemScanned
-	a.More = b.More
-	a.LogFloors = b.LogFloors
-	a.OutboxFloor = b.OutboxFloor
-}
+// RetentionStats is what rounds did (retain.Stats; cumulative in a Retainer).
+type RetentionStats = retain.Stats
 
 // LogFloor is partition's truncation point: Read after a position below it
 // fails with ErrTruncated.

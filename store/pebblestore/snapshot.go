@@ -84,14 +84,7 @@ func (s *Store) OpenRebuildSnapshot(ctx context.Context, forRegion string) (repl
 	return r, nil
 }
 
-func (r *snapReader) Mark() replica.SnapshotMark {
-	m := r.mark
-	m.Log = append([]uint64(nil), m.Log...)
-	if m.YourLog != nil {
-		m.YourLog = append([]uint64(nil), m.YourLog...)
-	}
-	return m
-}
+func (r *snapReader) Mark() replica.SnapshotMark { return r.mark.Clone() }
 
 func (r *snapReader) Close() error {
 	if r.closed {

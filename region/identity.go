@@ -399,6 +399,12 @@ func (r *Region) holdingPeers(horizon time.Duration) []replica.PeerCursor {
 	if r.cluster == nil {
 		return nil
 	}
+	if r.cluster.nodes != nil && r.cluster.shipperRef.Load() == nil {
+		// Another node of the region ships and knows the peers' cursors:
+		// this node holds everything (its rounds delete nothing), so only
+		// the shipping node's retention truncates.
+		return []replica.PeerCursor{{Region: r.cfg.Name + "/" + r.cluster.nodes.Self(), Cursor: replica.Cursor{Log: make([]uint64, r.Backend.Partitions())}}}
+	}
 	now := r.cfg.Clock.Now()
 	var out []replica.PeerCursor
 	for _, st := range r.cluster.shipperStats() {

@@ -689,6 +689,7 @@ type runCmd struct {
 	name, regions                     string
 	httpAddr, grpcAddr, gossip        string
 	advHTTP, advGRPC, advGossip       string
+	node                              string
 	seeds, etcd, peerAddrs            string
 	antiEntropy, failbackAfter, drain time.Duration
 	failbackRate                      float64
@@ -709,6 +710,7 @@ func newRunCmd() *runCmd {
 	registerConfig(fs)
 	r.c.register(fs)
 	fs.StringVar(&r.name, "region", "", "this region's name (required)")
+	fs.StringVar(&r.node, "node", "", "this process's name within its region, unique there (e.g. us-2): several nodes of one region share its engines behind a load balancer; needs --etcd and --store cassandra (empty: the region is this one process)")
 	fs.StringVar(&r.regions, "regions", "", "all region names, comma-separated, in failover preference order (default: --region alone)")
 	fs.StringVar(&r.httpAddr, "http", "127.0.0.1:8080", "HTTP listen address")
 	fs.StringVar(&r.grpcAddr, "grpc", "127.0.0.1:9080", "replication/forwarding gRPC listen address")
@@ -734,7 +736,7 @@ func newRunCmd() *runCmd {
 // clusterOnlyFlags do something only in a clustered region (--etcd); a
 // standalone region refuses them rather than ignoring them.
 var clusterOnlyFlags = []string{
-	"grpc", "gossip", "advertise-grpc", "advertise-gossip", "seeds", "peer-addrs", "anti-entropy", "failback-after", "failback-rate",
+	"node", "grpc", "gossip", "advertise-grpc", "advertise-gossip", "seeds", "peer-addrs", "anti-entropy", "failback-after", "failback-rate",
 	"peer-protocol-max", "drain-timeout", "lease-ttl", "max-skew", "ranges",
 	"tls-cert", "tls-key", "tls-ca", "gossip-key-file", "insecure-plaintext-peers",
 	"etcd-cacert", "etcd-cert", "etcd-key", "etcd-user",
@@ -881,6 +883,15 @@ func (rc *runCmd) plan(stderr io.Writer) (*runPlan, error) {
 		PeerAddrs: overrides, AntiEntropy: rc.antiEntropy,
 		FailbackAfter: rc.failbackAfter, FailbackRate: rc.failbackRate, MaxProtocol: rc.peerProtoMax,
 		TLS: peerID, GossipKey: first(gossipKey), GossipOldKeys: rest(gossipKey),
+		Node: rc.node,
+	}
+	if rc.node != "" {
+		if err := etcdepoch.ValidNode(rc.node); err != nil {
+			return nil, fmt.Errorf("--node: %w", err)
+		}
+		if eng.Store != region.StoreCassandra {
+			return nil, fmt.Errorf("--node %s: several nodes per region need --store cassandra (a region on the embedded store is one process)", rc.node)
+		}
 	}
 	return p, nil
 }

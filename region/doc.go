@@ -22,6 +22,12 @@
 // flight under the old epoch have reached the log). Each of these owns one
 // loop, closed by Close.
 //
+// Several nodes per region (Cluster.Node, nodes.go): every node serves the
+// API on the region's shared Cassandra store under one shared lease; the log
+// partitions' aggregators and relay are split over the live nodes, and one
+// elected node runs the shipper and the barrier. The split and the elections
+// save work; the fences, not they, keep counts exact (nodes.go says how).
+//
 // The region registry (registry.go, epoch/doc.go): a retired region, or one
 // the cluster's registry does not name, is refused at Open before its data
 // folder is registered or its lease taken (ErrRegistry); a joining region on

@@ -79,7 +79,7 @@ test-engines:
 	@rc=0; eval "$$(bash scripts/servers.sh env)"; \
 	  env | grep '^LIKES_TEST_' | sort; \
 	  $(GO) test -race -count=1 -timeout 20m $(ENGINE_PKGS) || rc=$$?; \
-	  $(GO) test -race -count=1 -timeout 10m $(ENGINE_E2E) || rc=$$?; \
+	  $(GO) test -race -count=1 -timeout 15m $(ENGINE_E2E) || rc=$$?; \
 	  $(GO) test -race -count=1 -timeout 10m $(ENGINE_CHAOS) || rc=$$?; \
 	  if [ -z "$(KEEP_SERVERS)" ]; then bash scripts/servers.sh down || true; fi; \
 	  exit $$rc

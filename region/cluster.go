@@ -155,6 +155,7 @@ type clusterParts struct {
 	nodes       *etcdepoch.Nodes                    // Cluster.Node set: the region's live nodes
 	singletons  []*etcdepoch.Singleton              // the shipper's and the barrier's elections (Cluster.Node set)
 	direct      []io.Closer                         // the same, started directly (one process per region)
+	crash       bool                                // close as if killed: leases expire, nothing resigns (tests only)
 	forwarder   *api.Forwarder
 	registry    *registryView // the region registry (registry.go)
 	replServer  *replication.Server
@@ -485,9 +486,13 @@ func (p *clusterParts) close() {
 		if p.authority != nil {
 			p.authority.Close()
 		}
-		last := p.lastNode()
+		last := p.lastNode() && !p.crash
 		if p.nodes != nil {
-			p.nodes.Close() // the other nodes take this one's partitions at once
+			if p.crash {
+				p.nodes.Abandon()
+			} else {
+				p.nodes.Close() // the other nodes take this one's partitions at once
+			}
 		}
 		if p.keepalive != nil {
 			if last {

@@ -15,3 +15,13 @@ func (r *Region) OwnedPartitionsForTest() []uint32 { return r.ownedParts() }
 func (r *Region) ShippingForTest() bool {
 	return r.cluster != nil && r.cluster.shipperRef.Load() != nil
 }
+
+// KillForTest closes the region as if its process were killed: its node
+// registration, elections and lease are left to expire (the HTTP and gRPC
+// servers stop; what a dead process leaves in etcd stays for one TTL).
+func (r *Region) KillForTest() error {
+	if r.cluster != nil {
+		r.cluster.crash = true
+	}
+	return r.Close()
+}

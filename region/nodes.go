@@ -74,11 +74,14 @@ func (p *clusterParts) runOnce(c *Cluster, name string, ecfg epoch.Config, log *
 	return nil
 }
 
-// stopOnce stops what runOnce started, in reverse order.
+// stopOnce stops what runOnce started, in reverse order (abandoning the
+// elections when the region is being killed by a test).
 func (p *clusterParts) stopOnce() {
 	for i := len(p.singletons) - 1; i >= 0; i-- {
-		if s := p.singletons[i]; s != nil {
-			s.Close()
+		if p.crash {
+			p.singletons[i].Abandon()
+		} else {
+			p.singletons[i].Close()
 		}
 	}
 	for i := len(p.direct) - 1; i >= 0; i-- {

@@ -35,8 +35,12 @@ func TestEnginesTwoNodes(t *testing.T) {
 	c := startTriWith(t, triOpts{region: func(name string, cfg *region.Config) {
 		cfg.Engines = engines[name]
 		cfg.Partitions = parts
+		cfg.Cluster.FailbackAfter = -1 // the drain below must stay drained however slow the machine
 		if name == "us" {
 			cfg.Cluster.Node = "us-1"
+			// A planned move away from us waits TTL + skew + one request
+			// timeout in its Fencer (the other node's writes in flight).
+			cfg.Engines.Cassandra.Timeout = 5 * time.Second
 		}
 	}})
 	us1 := c.byName["us"]
@@ -57,6 +61,22 @@ func TestEnginesTwoNodes(t *testing.T) {
 	via := []*triNode{us1, us2, c.byName["eu"], c.byName["ap"]}
 	m.load(t, c, users, via, "a", 0)
 
+	// us-2 is killed: its registration, elections and lease share stay
+	// until they expire (one TTL); then us-1 folds every partition and ships.
+	us2.kill(t)
+	c.nodes = slices.DeleteFunc(c.nodes, func(n *triNode) bool { return n == us2 })
+	c.poll(t, 20*time.Second, "us-1 folds every partition and ships after us-2 died", func() (bool, string) {
+		got := us1.r.OwnedPartitionsForTest()
+		return len(got) == parts && us1.r.ShippingForTest(), fmt.Sprintf("us-1 %v shipping %v", got, us1.r.ShippingForTest())
+	})
+	m.load(t, c, users, []*triNode{us1, c.byName["eu"], c.byName["ap"]}, "k", 1)
+	us2.start(t, nil)
+	c.nodes = append(c.nodes, us2)
+	c.poll(t, 20*time.Second, "us-2 back with its share", func() (bool, string) {
+		a, b := us1.r.OwnedPartitionsForTest(), us2.r.OwnedPartitionsForTest()
+		return len(b) > 0 && len(a)+len(b) == parts, fmt.Sprintf("us-1 %v us-2 %v", a, b)
+	})
+
 	// us-1 stops (graceful: its node key goes at once); us-2 serves on.
 	us1.stop(t)
 	c.nodes = slices.DeleteFunc(c.nodes, func(n *triNode) bool { return n == us1 })
@@ -64,7 +84,7 @@ func TestEnginesTwoNodes(t *testing.T) {
 		got := us2.r.OwnedPartitionsForTest()
 		return len(got) == parts && us2.r.ShippingForTest(), fmt.Sprintf("us-2 %v shipping %v", got, us2.r.ShippingForTest())
 	})
-	m.load(t, c, users, []*triNode{us2, c.byName["eu"], c.byName["ap"]}, "b", 1)
+	m.load(t, c, users, []*triNode{us2, c.byName["eu"], c.byName["ap"]}, "b", 2)
 
 	// us-1 comes back: no other process restarts; it takes its share again.
 	cl := *us1.cfg.Cluster
@@ -76,7 +96,13 @@ func TestEnginesTwoNodes(t *testing.T) {
 		a, b := us1.r.OwnedPartitionsForTest(), us2.r.OwnedPartitionsForTest()
 		return len(a) > 0 && len(a)+len(b) == parts, fmt.Sprintf("us-1 %v us-2 %v", a, b)
 	})
-	m.load(t, c, users, via, "c", 2)
+	m.load(t, c, users, via, "c", 3)
+
+	// A planned move of every us range to eu (a drain) under load through
+	// both us nodes and the other regions: no write is acknowledged under
+	// us's old epoch after the move, eu settles behind the barrier (us's
+	// Fencer waits out its Settle), and counts converge.
+	t.Run("PinMoveUnderLoad", func(t *testing.T) { testTriPinMove(t, c, users) })
 
 	c.waitCounts(t, m.counts(), 90*time.Second)
 	for _, n := range c.nodes {
@@ -153,7 +179,7 @@ func (m *nodeModel) load(t *testing.T, c *triCluster, users []string, via []*tri
 				return
 			}
 			// Unlike this user's like of an earlier phase through yet another node.
-			old := fmt.Sprintf("tn-%s-%d", map[int]string{1: "a", 2: "b"}[round], i%4)
+			old := fmt.Sprintf("tn-%s-%d", map[int]string{1: "a", 2: "k", 3: "b"}[round], i%4)
 			if _, err := c.setRetry(via[(i+2)%len(via)], u, old, "u-"+key, false, 30*time.Second); err != nil {
 				errs <- err
 				return
@@ -183,4 +209,18 @@ func (m *nodeModel) counts() map[string]int64 {
 		}
 	}
 	return out
+}
+
+// kill stops the node's HTTP server and closes its region as if the process
+// died: what it holds in etcd expires on its own (region.KillForTest).
+func (n *triNode) kill(t *testing.T) {
+	t.Helper()
+	if n.down {
+		return
+	}
+	n.down = true
+	n.srv.Close()
+	if err := n.r.KillForTest(); err != nil {
+		t.Errorf("kill %s: %v", n.name, err)
+	}
 }

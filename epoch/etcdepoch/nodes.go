@@ -287,10 +287,16 @@ func (n *Nodes) Self() string { return n.cfg.Self.Node }
 // Changes is signalled (coalesced) when the live list may have changed.
 func (n *Nodes) Changes() <-chan struct{} { return n.changes }
 
+// Abandon stops the loop and leaves the registration to expire after its
+// TTL, as if the process had died. Idempotent, exclusive with Close.
+func (n *Nodes) Abandon() { n.stop(false) }
+
 // Close stops the loop and deletes the registration at once (the session's
 // lease is revoked), so the other nodes take this node's work without
 // waiting for the TTL. Idempotent.
-func (n *Nodes) Close() {
+func (n *Nodes) Close() { n.stop(true) }
+
+func (n *Nodes) stop(revoke bool) {
 	n.closeOnce.Do(func() {
 		if n.cancel != nil {
 			n.cancel()
@@ -300,8 +306,12 @@ func (n *Nodes) Close() {
 		sess := n.sess
 		n.sess, n.closed = nil, true
 		n.mu.Unlock()
-		if sess != nil {
+		switch {
+		case sess == nil:
+		case revoke:
 			_ = sess.Close()
+		default:
+			sess.Orphan()
 		}
 	})
 }

@@ -43,6 +43,7 @@ type Singleton struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	leading atomic.Bool
+	abandon atomic.Bool
 
 	closeOnce sync.Once
 }
@@ -125,12 +126,23 @@ func (s *Singleton) loop(ctx context.Context) {
 }
 
 func (s *Singleton) closeSession(sess *concurrency.Session, el *concurrency.Election) {
+	if s.abandon.Load() {
+		sess.Orphan() // as in a crash: the next leader waits for the lease to expire
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.TTL)
 	defer cancel()
 	if el != nil {
 		_ = el.Resign(ctx)
 	}
 	_ = sess.Close()
+}
+
+// Abandon stops the component and the loop without resigning: the next
+// leader is elected when this session's lease expires, as after a crash.
+func (s *Singleton) Abandon() {
+	s.abandon.Store(true)
+	s.Close()
 }
 
 // Close stops the component if it runs, resigns, and waits. Idempotent.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"sync"
 	"time"
 
 	"github.com/likes-dev/likes/clock"
@@ -42,21 +41,26 @@ type Fencer struct {
 	// Pending, if set, runs after the writes in flight are waited for and
 	// before the heads are read.
 	Pending Pending
-	// Settle, when positive, is how long after this node first saw a pin the
-	// region's other nodes may still write under the older epoch (a region
-	// of several nodes: Quiesce sees only this node's writes). Heads answers
-	// "not yet" until Settle has passed since it first saw every asked pin.
-	// Why that is enough: a node authorizes only with a pin table proven
-	// current within TTL − Margin (epoch.Decide), and a commit on the shared
-	// store is refused past that proof (edge.Request.Deadline); so TTL +
-	// MaxSkew + one store request after the pin changed, no node commits
-	// under the older epoch any more, and Pending relays what committed.
+	// Settle, when positive, is how long after the region's pin of a range
+	// left it the region's other nodes may still commit under the older
+	// epoch (a region of several nodes: Quiesce sees only this node's
+	// writes). Heads answers "not yet" until Settle has passed since
+	// Pins.LastSelfWrite of every asked range. Why that is enough: a node
+	// authorizes only with a pin table proven current within TTL − Margin
+	// (epoch.Decide), and a commit on the shared store is refused past that
+	// proof (edge.Request.Deadline); so TTL + MaxSkew + one store request
+	// after the pin changed, no node commits under the older epoch any more,
+	// and Pending relays what committed. A range this node saw another
+	// region own since it started needs no wait.
 	Settle time.Duration
+	// SelfWrites bounds, per range, when this node may last have written it
+	// under its region's pin (etcdepoch.Authority.LastSelfWrite); required
+	// with Settle.
+	SelfWrites interface {
+		LastSelfWrite(rng uint32) time.Time
+	}
 	// Clock times Settle (default clock.Real).
 	Clock clock.Clock
-
-	mu    sync.Mutex
-	first map[replication.PinRef]time.Time
 }
 
 var _ replication.Fencer = (*Fencer)(nil)
@@ -94,34 +98,23 @@ func (f *Fencer) Heads(ctx context.Context, pins []replication.PinRef) ([]uint64
 	return heads, nil
 }
 
-// settled records when each pin was first seen here and says "not yet" until
-// Settle has passed for all of them.
+// settled says "not yet" until Settle has passed since this region may
+// last have written any asked range.
 func (f *Fencer) settled(pins []replication.PinRef) error {
 	if f.Settle <= 0 {
 		return nil
+	}
+	if f.SelfWrites == nil {
+		return fmt.Errorf("catchup: a Fencer with Settle needs SelfWrites: %w", replication.ErrPinNotSeen)
 	}
 	clk := f.Clock
 	if clk == nil {
 		clk = clock.Real{}
 	}
 	now := clk.Now()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.first == nil {
-		f.first = map[replication.PinRef]time.Time{}
-	}
-	for p, at := range f.first { // bounded: entries go once long settled
-		if now.Sub(at) > 10*f.Settle {
-			delete(f.first, p)
-		}
-	}
 	var wait time.Duration
 	for _, p := range pins {
-		at, ok := f.first[p]
-		if !ok {
-			f.first[p], at = now, now
-		}
-		wait = max(wait, f.Settle-now.Sub(at))
+		wait = max(wait, f.Settle-now.Sub(f.SelfWrites.LastSelfWrite(p.Range)))
 	}
 	if wait > 0 {
 		return fmt.Errorf("the region's other nodes may write under older epochs for %v more: %w", wait, replication.ErrPinNotSeen)

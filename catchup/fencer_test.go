@@ -62,35 +62,41 @@ func TestFencerFinishesPendingWritesBeforeHeads(t *testing.T) {
 	}
 }
 
+// selfWrites is when this node last may have written each range.
+type selfWrites map[uint32]time.Time
+
+func (s selfWrites) LastSelfWrite(rng uint32) time.Time { return s[rng] }
+
 // TestFencerSettlesForOtherNodes: on a region of several nodes the Fencer
-// answers "not yet" until Settle has passed since it first saw the asked
-// pins (the other nodes' writes under the older epoch are over by then), and
-// a later pin starts its own wait.
+// answers "not yet" until Settle has passed since the region may last have
+// written every asked range (the other nodes' writes under the older epoch
+// are over by then); a range it has not written for longer needs no wait.
 func TestFencerSettlesForOtherNodes(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1000, 0))
 	s := &steps{heads: []uint64{3}}
-	f := &Fencer{Pins: seenPins(true), Writes: func() Quiescer { return s }, Log: s, Settle: 3 * time.Second, Clock: clk}
+	w := selfWrites{1: clk.Now(), 2: clk.Now().Add(-time.Hour)}
+	f := &Fencer{Pins: seenPins(true), Writes: func() Quiescer { return s }, Log: s, Settle: 3 * time.Second, SelfWrites: w, Clock: clk}
 	ask := func(pins ...replication.PinRef) error { _, err := f.Heads(context.Background(), pins); return err }
-	a, b := replication.PinRef{Range: 1, Epoch: 2}, replication.PinRef{Range: 2, Epoch: 5}
-	if err := ask(a); !errors.Is(err, replication.ErrPinNotSeen) {
-		t.Fatalf("at once: %v, want not yet", err)
+	moved, old := replication.PinRef{Range: 1, Epoch: 2}, replication.PinRef{Range: 2, Epoch: 5}
+	if err := ask(old); err != nil {
+		t.Fatalf("a range not written for an hour: %v", err)
+	}
+	s.order = nil
+	if err := ask(old, moved); !errors.Is(err, replication.ErrPinNotSeen) {
+		t.Fatalf("a range that just left: %v, want not yet", err)
 	}
 	if len(s.order) != 0 {
 		t.Fatalf("heads read before the settle: %v", s.order)
 	}
 	clk.Advance(2 * time.Second)
-	if err := ask(a); !errors.Is(err, replication.ErrPinNotSeen) {
+	if err := ask(moved); !errors.Is(err, replication.ErrPinNotSeen) {
 		t.Fatalf("after 2s: %v, want not yet", err)
 	}
 	clk.Advance(time.Second)
-	if err := ask(a); err != nil {
+	if err := ask(moved, old); err != nil {
 		t.Fatalf("after 3s: %v", err)
 	}
-	if err := ask(a, b); !errors.Is(err, replication.ErrPinNotSeen) {
-		t.Fatalf("a new pin with a settled one: %v, want not yet", err)
-	}
-	clk.Advance(3 * time.Second)
-	if err := ask(a, b); err != nil {
-		t.Fatalf("both settled: %v", err)
+	if err := (&Fencer{Pins: seenPins(true), Writes: func() Quiescer { return s }, Log: s, Settle: time.Second}).settled(nil); err == nil {
+		t.Fatal("a Fencer with Settle and no SelfWrites answered")
 	}
 }

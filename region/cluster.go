@@ -312,7 +312,7 @@ func startCluster(ctx context.Context, name string, c *Cluster, st replicaStore,
 		Region: name, Partitions: st.Partitions(), Sink: st, Logger: log, Regions: c.Regions,
 		RegionsFunc: func() []string { return p.registry.Allowed(c.Regions) },
 		MaxEpoch:    p.maxEpoch, MaxProtocol: c.MaxProtocol,
-		Fencer: &catchup.Fencer{Pins: p.authority, Log: catchup.SourceHeads(st), Pending: pendingOf(st), Settle: p.settle(c, ecfg), Clock: clk, Writes: func() catchup.Quiescer {
+		Fencer: &catchup.Fencer{Pins: p.authority, Log: catchup.SourceHeads(st), Pending: pendingOf(st), Settle: p.settle(c, ecfg), SelfWrites: p.authority, Clock: clk, Writes: func() catchup.Quiescer {
 			if p.svc == nil {
 				return nil
 			}

@@ -82,6 +82,35 @@ func RunNodes(t *testing.T, newClient func(t *testing.T) *clientv3.Client) {
 			return len(l) == 1 && l[0] == "us-1"
 		})
 	})
+	t.Run("LastSelfWrite", func(t *testing.T) {
+		cfg := Config(t, 2)
+		cli := newClient(t)
+		d := newDir(t, cli, cfg)
+		if err := d.Init(ctxFor(t), 2, []string{"us", "eu"}); err != nil { // range 0 → us, 1 → eu
+			t.Fatal(err)
+		}
+		started := time.Now()
+		a := startAuthority(t, cli, cfg, "us", staticFreshness{}, nil)
+		if got := a.LastSelfWrite(1); got.Before(started.Add(-time.Second)) || got.After(time.Now()) {
+			t.Fatalf("a range never seen owned: %v, want the start %v", got, started)
+		}
+		if got := a.LastSelfWrite(0); time.Since(got) > time.Second {
+			t.Fatalf("an owned range: %v, want now", got)
+		}
+		ps, err := d.Pins(ctxFor(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Move(ctxFor(t), 0, ps[0].Epoch, "eu", time.Now(), etcdepoch.Planned()); err != nil {
+			t.Fatal(err)
+		}
+		Eventually(t, 5*time.Second, "us to see range 0 leave", func() bool { return a.Seen(0, ps[0].Epoch+1) })
+		moved := time.Now()
+		ctxSleep(t, 300*time.Millisecond)
+		if got := a.LastSelfWrite(0); got.After(moved) || time.Since(got) > 5*time.Second {
+			t.Fatalf("a range that left: %v, want when it left (seen by %v)", got, moved)
+		}
+	})
 	t.Run("Singleton", func(t *testing.T) {
 		cfg := Config(t, 8)
 		var running atomic.Int32

@@ -49,10 +49,14 @@ type Authority struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu       sync.RWMutex
-	table    []pinEntry
-	synced   time.Time     // send time of the last successful full read
-	syncedCh chan struct{} // closed after the first successful full read
+	mu     sync.RWMutex
+	table  []pinEntry
+	synced time.Time // send time of the last successful full read
+	// lostAt is when this Authority saw each range's pin leave its region
+	// (zero: never since startedAt), for a Fencer of several nodes.
+	lostAt    []time.Time
+	startedAt time.Time
+	syncedCh  chan struct{} // closed after the first successful full read
 
 	closeOnce sync.Once
 }
@@ -88,6 +92,7 @@ func NewAuthority(cli *clientv3.Client, cfg AuthorityConfig) (*Authority, error)
 	a := &Authority{
 		cli: cli, cfg: cfg, cancel: cancel, done: make(chan struct{}),
 		table: make([]pinEntry, cfg.Ranges), syncedCh: make(chan struct{}),
+		lostAt: make([]time.Time, cfg.Ranges), startedAt: cfg.Clock.Now(),
 	}
 	go a.loop(ctx)
 	return a, nil
@@ -164,6 +169,25 @@ func (a *Authority) Seen(rng uint32, ep uint64) bool {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	return a.pinLocked(rng).Epoch >= ep
+}
+
+// LastSelfWrite bounds when this node may have written range rng under its
+// region's pin: the moment it saw the pin leave the region, or, if it never
+// saw the region own rng, the moment it started (another node of the region
+// may have written it before). A range still owned says now.
+func (a *Authority) LastSelfWrite(rng uint32) time.Time {
+	if int(rng) >= len(a.table) {
+		return a.startedAt
+	}
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if p := a.pinLocked(rng); p.Region == a.cfg.Self {
+		return a.cfg.Clock.Now()
+	}
+	if t := a.lostAt[rng]; !t.IsZero() {
+		return t
+	}
+	return a.startedAt
 }
 
 // WaitSynced waits for the first full read of the pins.
@@ -277,6 +301,12 @@ func (a *Authority) applyLocked(kv *mvccpb.KeyValue, deleted bool) (uint32, bool
 	if kv.ModRevision <= e.modRev {
 		return rng, true
 	}
+	wasSelf := e.modRev != 0 && !e.deleted && e.pin.Region == a.cfg.Self
+	defer func() {
+		if wasSelf && (e.deleted || e.pin.Region != a.cfg.Self) {
+			a.lostAt[rng] = a.cfg.Clock.Now()
+		}
+	}()
 	if deleted {
 		*e = pinEntry{modRev: kv.ModRevision, deleted: true}
 		return rng, true

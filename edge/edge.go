@@ -72,6 +72,14 @@ func (k Kind) Counted() bool {
 	return (k >= KindFlip && k <= KindCorrection) || k == KindReconcile
 }
 
+// HasItem reports whether events of this kind name an item; a purge and an
+// erasure mark are about a user alone, and carry none.
+func (k Kind) HasItem() bool { return k != KindPurge && k != KindErasing }
+
+// HasUser reports whether events of this kind name a user; a reconcile heal
+// is about an item alone.
+func (k Kind) HasUser() bool { return k != KindReconcile }
+
 func (k Kind) String() string {
 	switch k {
 	case KindFlip:

@@ -63,8 +63,7 @@ func ValidateEvent(ev Event, partitions int) error {
 	if ev.Bucket >= Buckets {
 		return bad("bucket %d out of range", ev.Bucket)
 	}
-	hasItem := ev.Kind != KindPurge && ev.Kind != KindErasing
-	hasUser := ev.Kind != KindReconcile
+	hasItem, hasUser := ev.Kind.HasItem(), ev.Kind.HasUser()
 	if hasItem {
 		if err := ValidateID("itemId", ev.Item); err != nil {
 			return bad("%v", err)

@@ -140,8 +140,10 @@ func plausible(ev edge.Event) error {
 		return fmt.Errorf("%w: state %d", errPoison, ev.State)
 	case ev.Bucket >= edge.Buckets:
 		return fmt.Errorf("%w: bucket %d", errPoison, ev.Bucket)
-	case ev.Item == "":
+	case ev.Kind.HasItem() && ev.Item == "":
 		return fmt.Errorf("%w: empty item", errPoison)
+	case !ev.Kind.HasItem() && ev.Item != "":
+		return fmt.Errorf("%w: a %s event with an item", errPoison, ev.Kind)
 	}
 	return nil
 }

@@ -96,6 +96,12 @@ type EraserConfig struct {
 	// Manual starts no loop: jobs advance only in Start and RunOnce (the
 	// simulation steps erasers itself, with its own clock and schedule).
 	Manual bool
+	// Active, if set, says whether this eraser steps jobs now. A region of
+	// several nodes shares one job store, and a job's report (edges erased,
+	// likes removed) is exact only with one runner, so it elects one node:
+	// elsewhere Start records the job and leaves its steps to that node's
+	// loop. Nil: always active.
+	Active func() bool
 }
 
 // Eraser runs account erasures at a bounded rate. It owns one goroutine loop.
@@ -157,7 +163,7 @@ func (e *Eraser) Start(ctx context.Context, user string) (ErasureJob, error) {
 			return ErasureJob{}, err
 		}
 	}
-	if j.State == ErasureRunning {
+	if j.State == ErasureRunning && e.active() {
 		j, _, err = e.step(ctx, j, e.cfg.Inline)
 	}
 	e.mu.Unlock()
@@ -172,6 +178,8 @@ func (e *Eraser) Start(ctx context.Context, user string) (ErasureJob, error) {
 	}
 	return j, nil
 }
+
+func (e *Eraser) active() bool { return e.cfg.Active == nil || e.cfg.Active() }
 
 // Status returns the job for user.
 func (e *Eraser) Status(ctx context.Context, user string) (ErasureJob, bool, error) {
@@ -264,6 +272,9 @@ func (e *Eraser) loop(ctx context.Context) {
 // RunOnce spends one tick's budget of edges across running jobs and returns
 // the first error (the loop reports it through OnError and goes on next tick).
 func (e *Eraser) RunOnce(ctx context.Context) error {
+	if !e.active() {
+		return nil
+	}
 	jobs, err := e.cfg.Jobs.Erasures(ctx)
 	if err != nil {
 		return err

@@ -156,6 +156,7 @@ type clusterParts struct {
 	singletons  []*etcdepoch.Singleton              // the shipper's and the barrier's elections (Cluster.Node set)
 	direct      []io.Closer                         // the same, started directly (one process per region)
 	crash       bool                                // close as if killed: leases expire, nothing resigns (tests only)
+	erasing     atomic.Bool                         // Cluster.Node set: this node is elected to step erasure jobs
 	forwarder   *api.Forwarder
 	registry    *registryView // the region registry (registry.go)
 	replServer  *replication.Server
@@ -380,7 +381,11 @@ func startCluster(ctx context.Context, name string, c *Cluster, st replicaStore,
 		l := catchup.Start(barrier, clk, 0)
 		return closerFunc(func() error { l.Close(); return nil }), nil
 	}
-	if err := p.runOnce(c, name, ecfg, log, map[string]func() (io.Closer, error){"shipper": startShipper, "barrier": startBarrier}); err != nil {
+	startErasing := func() (io.Closer, error) {
+		p.erasing.Store(true)
+		return closerFunc(func() error { p.erasing.Store(false); return nil }), nil
+	}
+	if err := p.runOnce(c, name, ecfg, log, []role{{"barrier", startBarrier}, {"eraser", startErasing}, {"shipper", startShipper}}); err != nil {
 		return fail(err)
 	}
 	return p, nil

@@ -315,6 +315,10 @@ func (r triResp) String() string {
 }
 
 func (c *triCluster) do(method, url, token, idemKey string, body []byte) triResp {
+	return c.doWith(c.hc, method, url, token, idemKey, body)
+}
+
+func (c *triCluster) doWith(hc *http.Client, method, url, token, idemKey string, body []byte) triResp {
 	req, err := http.NewRequest(method, url, bytes.NewReader(body))
 	if err != nil {
 		return triResp{body: []byte(err.Error())}
@@ -326,7 +330,7 @@ func (c *triCluster) do(method, url, token, idemKey string, body []byte) triResp
 		req.Header.Set("Idempotency-Key", idemKey)
 	}
 	out := triResp{sent: time.Now()}
-	res, err := c.hc.Do(req)
+	res, err := hc.Do(req)
 	if err != nil {
 		out.got, out.body = time.Now(), []byte(err.Error())
 		return out
@@ -499,7 +503,11 @@ type triReconcile struct {
 
 func (c *triCluster) reconcile(n *triNode) (triReconcile, error) {
 	var rep triReconcile
-	res := c.do("POST", n.srv.URL+"/v1/admin/reconcile", c.token("ops", true), "", []byte(`{}`))
+	// A whole region's recount is one request; on Cassandra each item is 64
+	// partition reads, slow on a loaded machine.
+	hc := *c.hc
+	hc.Timeout = 2 * time.Minute
+	res := c.doWith(&hc, "POST", n.srv.URL+"/v1/admin/reconcile", c.token("ops", true), "", []byte(`{}`))
 	if res.code != http.StatusOK {
 		return rep, fmt.Errorf("reconcile at %s: %s", n.name, res)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 )
@@ -17,19 +18,28 @@ func TestThreeRegionErasure(t *testing.T) {
 		t.Skip("starts three regions and etcd")
 	}
 	c := startTri(t)
+	testTriErasure(t, c, triUserOf(t, c, "eu", nil), c.byName["us"]) // relayed to the owner
+}
+
+// triUserOf is a user whose range owner owns, not in skip.
+func triUserOf(t *testing.T, c *triCluster, owner string, skip []string) string {
+	t.Helper()
 	ps := c.mustPins(t)
-	// A user owned by eu, erased through us.
-	var user string
-	for _, u := range triUsers(1) {
-		if triOwner(ps, u).Region == "eu" {
-			user = u
-			break
+	for _, u := range triUsers(len(skip) + 1) {
+		if triOwner(ps, u).Region == owner && !slices.Contains(skip, u) {
+			return u
 		}
 	}
-	if user == "" {
-		t.Fatalf("no user owned by eu; pins %s", c.pinString())
-	}
-	other := "bystander"
+	t.Fatalf("no user owned by %s; pins %s", owner, c.pinString())
+	return ""
+}
+
+// testTriErasure erases user (who has written nothing yet) through via: each
+// of the five likes it gets here leaves every region's count once, the job
+// reports exactly those five, and later likes by the user are refused
+// everywhere.
+func testTriErasure(t *testing.T, c *triCluster, user string, via *triNode) {
+	other := "bystander-" + user
 	want := map[string]int64{}
 	for i := 0; i < 5; i++ {
 		item := fmt.Sprintf("erase-item-%d", i)
@@ -44,10 +54,9 @@ func TestThreeRegionErasure(t *testing.T) {
 	}
 	c.waitCounts(t, want, 30*time.Second)
 
-	us := c.byName["us"]
-	r := c.do(http.MethodDelete, us.srv.URL+"/v1/users/"+user, c.token(user, false), "", nil)
+	r := c.do(http.MethodDelete, via.srv.URL+"/v1/users/"+user, c.token(user, false), "", nil)
 	if r.code != http.StatusOK && r.code != http.StatusAccepted {
-		t.Fatalf("erase through us: %v", r)
+		t.Fatalf("erase through %s: %v", via.name, r)
 	}
 	c.poll(t, 30*time.Second, "erasure done at the owner, seen through ap", func() (bool, string) {
 		r := c.do(http.MethodGet, c.byName["ap"].srv.URL+"/v1/users/"+user+"/erasure", c.token(user, false), "", nil)

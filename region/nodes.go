@@ -23,11 +23,13 @@ import (
 //   - the aggregators and the Kafka relay of log partition p run on the node
 //     epoch.Assign gives p; a node's death moves its partitions when its
 //     registration expires (one TTL), a clean stop at once;
-//   - the replication shipper and the planned-move barrier run on one
-//     elected node (etcdepoch.Singleton), re-elected when it dies;
-//   - the failover controller, the eraser, the reconciler and the registry
-//     view run on every node (they act by compare-and-swap in etcd or by
-//     idempotent steps on the store).
+//   - the replication shipper, the planned-move barrier and the erasure
+//     steps run on one elected node each (etcdepoch.Singleton), re-elected
+//     when it dies (an erasure requested at another node is recorded there
+//     and stepped by the elected one: a job's report is exact only with one
+//     runner, edge.EraserConfig.Active);
+//   - the failover controller, the reconciler and the registry view run on
+//     every node (they act by compare-and-swap in etcd or only read).
 //
 // None of this is what keeps counts exact, so a split or an election that
 // is briefly wrong (two nodes think they own a partition, two shippers) costs
@@ -46,16 +48,17 @@ type closerFunc func() error
 
 func (f closerFunc) Close() error { return f() }
 
-// runOnce starts each named component: directly on a region of one process,
-// else through an election among the region's nodes.
-func (p *clusterParts) runOnce(c *Cluster, name string, ecfg epoch.Config, log *slog.Logger, parts map[string]func() (io.Closer, error)) error {
-	roles := make([]string, 0, len(parts))
-	for role := range parts {
-		roles = append(roles, role)
-	}
-	slices.Sort(roles)
-	for _, role := range roles {
-		start := parts[role]
+// role is a component a region runs once, and how to start it.
+type role struct {
+	name  string
+	start func() (io.Closer, error)
+}
+
+// runOnce starts each role: directly on a region of one process, else
+// through an election among the region's nodes.
+func (p *clusterParts) runOnce(c *Cluster, name string, ecfg epoch.Config, log *slog.Logger, roles []role) error {
+	for _, ro := range roles {
+		role, start := ro.name, ro.start
 		if c.Node == "" {
 			cl, err := start()
 			if err != nil {

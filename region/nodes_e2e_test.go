@@ -27,22 +27,15 @@ func TestEnginesTwoNodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an embedded etcd and three regions on the engines, one of them on two nodes")
 	}
-	engines := map[string]region.Engines{}
-	for _, name := range []string{"us", "eu", "ap"} {
-		engines[name] = region.EnginesForTest(t, name)
-	}
 	const parts = 16
-	c := startTriWith(t, triOpts{region: func(name string, cfg *region.Config) {
-		cfg.Engines = engines[name]
-		cfg.Partitions = parts
+	c := startEnginesUS1(t, parts, func(name string, cfg *region.Config) {
 		cfg.Cluster.FailbackAfter = -1 // the drain below must stay drained however slow the machine
 		if name == "us" {
-			cfg.Cluster.Node = "us-1"
 			// A planned move away from us waits TTL + skew + one request
 			// timeout in its Fencer (the other node's writes in flight).
 			cfg.Engines.Cassandra.Timeout = 5 * time.Second
 		}
-	}})
+	})
 	us1 := c.byName["us"]
 	us1.name = "us-1"
 	us2 := startSecondNode(t, c, us1, "us-2")
@@ -98,6 +91,15 @@ func TestEnginesTwoNodes(t *testing.T) {
 	})
 	m.load(t, c, users, via, "c", 3)
 
+	// An erasure of a user us owns, requested through us-2, while both us
+	// nodes run an eraser on the shared store: exact counts, the job's
+	// report, and no like of the user accepted afterwards through any node.
+	// (A user the load above never wrote, so the job's report is exactly
+	// the five likes it gets there.)
+	if !t.Run("ErasureAcrossNodes", func(t *testing.T) { testTriErasure(t, c, triUserOf(t, c, "us", users), us2) }) {
+		return
+	}
+
 	// A planned move of every us range to eu (a drain) under load through
 	// both us nodes and the other regions: no write is acknowledged under
 	// us's old epoch after the move, eu settles behind the barrier (us's
@@ -114,6 +116,27 @@ func TestEnginesTwoNodes(t *testing.T) {
 			t.Fatalf("reconcile at %s found %d mismatched items: %s", n.name, len(rec.Mismatched), rec.Mismatched)
 		}
 	}
+}
+
+// startEnginesUS1 starts three regions on the engines (a keyspace, topic and
+// Redis prefix each) with parts log partitions, region us as node us-1;
+// tweak adjusts each region's configuration.
+func startEnginesUS1(t *testing.T, parts int, tweak func(name string, cfg *region.Config)) *triCluster {
+	t.Helper()
+	engines := map[string]region.Engines{}
+	for _, name := range []string{"us", "eu", "ap"} {
+		engines[name] = region.EnginesForTest(t, name)
+	}
+	return startTriWith(t, triOpts{region: func(name string, cfg *region.Config) {
+		cfg.Engines = engines[name]
+		cfg.Partitions = parts
+		if name == "us" {
+			cfg.Cluster.Node = "us-1"
+		}
+		if tweak != nil {
+			tweak(name, cfg)
+		}
+	}})
 }
 
 // startSecondNode starts another node of first's region on the same engines.

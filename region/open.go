@@ -217,8 +217,12 @@ func (o *opening) startPipeline(ctx context.Context) error {
 func (o *opening) startEraser(ctx context.Context) error {
 	cfg, r, log := o.cfg, o.r, o.log
 	var err error
+	var active func() bool
+	if c := r.cluster; c != nil && c.nodes != nil {
+		active = c.erasing.Load // the node elected to run erasures (nodes.go)
+	}
 	r.Eraser, err = edge.NewEraser(ctx, edge.EraserConfig{
-		Service: r.Service, Store: r.Backend, Jobs: r.Backend, Clock: cfg.Clock, Rate: cfg.EraseRate,
+		Service: r.Service, Store: r.Backend, Jobs: r.Backend, Clock: cfg.Clock, Rate: cfg.EraseRate, Active: active,
 		OnError: func(err error) {
 			if !errors.Is(err, edge.ErrStorageUnavailable) {
 				log.Warn("erasure step failed; retrying", "err", err)

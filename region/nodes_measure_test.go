@@ -30,7 +30,6 @@ import (
 	"time"
 
 	"github.com/likes-dev/likes/loadgen"
-	"github.com/likes-dev/likes/region"
 )
 
 type nodePhase struct {
@@ -62,19 +61,8 @@ func TestMeasureNodes(t *testing.T) {
 		}
 		workers = n
 	}
-	engines := map[string]region.Engines{}
-	for _, name := range []string{"us", "eu", "ap"} {
-		engines[name] = region.EnginesForTest(t, name)
-	}
 	const parts = 16
-	c := startTriWith(t, triOpts{region: func(name string, cfg *region.Config) {
-		cfg.Engines = engines[name]
-		cfg.Partitions = parts
-		cfg.UserRate = -1
-		if name == "us" {
-			cfg.Cluster.Node = "us-1"
-		}
-	}})
+	c := startEnginesUS1(t, parts, nil) // the tri configuration already has no per-user rate limit
 	us1 := c.byName["us"]
 	ps := c.mustPins(t)
 	var users []string

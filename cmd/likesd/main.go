@@ -698,11 +698,10 @@ type runCmd struct {
 	peerSec                           peerSecurity
 }
 
-const runIntro = `Runs one region. With --etcd it joins a multi-region cluster (pins, leases,
-replication; embedded default store and log only), or, on the production
-engines, takes its write authority from etcd alone. Without --etcd it runs
-standalone, owning every user range; --store cassandra, --log kafka and
---cache redis choose the production engines.`
+const runIntro = `Runs one region (or, with --node, one of its nodes). With --etcd it joins a
+multi-region cluster (pins, leases, replication, forwarding) on any engines.
+Without --etcd it runs standalone, owning every user range; --store cassandra,
+--log kafka and --cache redis choose the production engines.`
 
 func newRunCmd() *runCmd {
 	r := &runCmd{fs: flag.NewFlagSet("likesd run", flag.ContinueOnError)}

@@ -106,7 +106,6 @@ func RunNodes(t *testing.T, newClient func(t *testing.T) *clientv3.Client) {
 		}
 		Eventually(t, 5*time.Second, "us to see range 0 leave", func() bool { return a.Seen(0, ps[0].Epoch+1) })
 		moved := time.Now()
-		ctxSleep(t, 300*time.Millisecond)
 		if got := a.LastSelfWrite(0); got.After(moved) || time.Since(got) > 5*time.Second {
 			t.Fatalf("a range that left: %v, want when it left (seen by %v)", got, moved)
 		}

@@ -249,9 +249,6 @@ func (n *Nodes) set(live map[string]NodeInfo) {
 		cp[k] = v
 	}
 	n.mu.Lock()
-	if n.sess != nil {
-		cp[n.cfg.Self.Node] = n.cfg.Self // registered: ourselves, whatever the watch lags
-	}
 	n.live = cp
 	n.mu.Unlock()
 	select {
@@ -260,8 +257,8 @@ func (n *Nodes) set(live map[string]NodeInfo) {
 	}
 }
 
-// Live returns the region's live node names, sorted (always including this
-// node while it is registered).
+// Live returns the region's live node names, sorted, always including this
+// node (whatever the watch lags: it splits work as if it were registered).
 func (n *Nodes) Live() []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()

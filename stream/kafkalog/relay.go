@@ -31,8 +31,9 @@ type Relay struct {
 }
 
 type relayPart struct {
-	p    uint32
-	kick chan struct{}
+	p      uint32
+	kick   chan struct{}
+	active bool // Config.RelayPartitions names it (or is nil): this Relay publishes it
 
 	mu       sync.Mutex // serializes publishing of this partition (loop and Flush)
 	resumed  bool       // pos and lastWM are known from Kafka
@@ -95,10 +96,10 @@ func NewRelay(ctx context.Context, cfg Config, src pipeline.Log) (*Relay, error)
 	r := &Relay{cfg: cfg, src: src, cl: cl, f: f}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	for p := range cfg.Partitions {
-		r.parts = append(r.parts, &relayPart{p: uint32(p), kick: make(chan struct{}, 1)})
+		r.parts = append(r.parts, &relayPart{p: uint32(p), kick: make(chan struct{}, 1), active: cfg.relays(uint32(p))})
 	}
 	for _, rp := range r.parts {
-		if !cfg.relays(rp.p) {
+		if !rp.active {
 			continue
 		}
 		r.wg.Add(1)
@@ -123,7 +124,7 @@ func (r *Relay) Close() error {
 // Kick makes partition p's loop look at the source now instead of at its next
 // poll (a hint from the writer; never needed for correctness).
 func (r *Relay) Kick(p uint32) {
-	if int(p) < len(r.parts) && r.cfg.relays(p) {
+	if int(p) < len(r.parts) && r.parts[p].active { // on every write: no search
 		select {
 		case r.parts[p].kick <- struct{}{}:
 		default:
@@ -135,7 +136,7 @@ func (r *Relay) Kick(p uint32) {
 func (r *Relay) Stats() []RelayStats {
 	out := make([]RelayStats, 0, len(r.parts))
 	for _, rp := range r.parts {
-		if !r.cfg.relays(rp.p) {
+		if !rp.active {
 			continue
 		}
 		out = append(out, RelayStats{
@@ -150,8 +151,8 @@ func (r *Relay) Stats() []RelayStats {
 // Flush publishes everything every source partition it relays holds at the
 // call (and is acked by Kafka) before returning.
 func (r *Relay) Flush(ctx context.Context) error {
-	for p := range r.parts {
-		if !r.cfg.relays(uint32(p)) {
+	for p, rp := range r.parts {
+		if !rp.active {
 			continue
 		}
 		if err := r.FlushPartition(ctx, uint32(p)); err != nil {

@@ -226,18 +226,36 @@ func TestDiskFullNemesis(t *testing.T) {
 }
 
 // TestEnginesChaos (issue 12; in make test-engines): the regions on
-// Cassandra + Kafka + Redis under a short schedule of partitions, a kill,
-// an etcd split, pin moves and an unplanned failover: every guarantee holds
-// as on the embedded store.
+// Cassandra + Kafka + Redis, us served by two nodes behind a load balancer,
+// under a short schedule of partitions, a kill of a whole region, a kill and
+// a pause of one us node, an etcd split, pin moves and an unplanned
+// failover: every guarantee holds as on the embedded store, and both us
+// nodes answer what their region does.
 func TestEnginesChaos(t *testing.T) {
 	e, err := EnginesFromEnv()
 	if err != nil {
 		t.Skip(err)
 	}
-	kinds := []string{NemPartition, NemKill, NemEtcdSplit, NemMovePins, NemFailover}
-	rep := run(t, Options{Seed: 12, Duration: 45 * time.Second, Kinds: kinds, Engines: &e})
+	kinds := []string{NemPartition, NemKill, NemKillNode, NemPauseNode, NemEtcdSplit, NemMovePins, NemFailover}
+	rep := run(t, Options{Seed: 12, Duration: 60 * time.Second, Kinds: kinds, Engines: &e, Nodes: map[string]int{"us": 2}})
 	if !rep.Pass {
 		t.Errorf("%d violations %v (seed %d); replay with: %s", rep.Mismatches, rep.Check.ByCheck, rep.Seed, rep.Replay)
+	}
+	for _, k := range kinds {
+		if rep.FaultsByKind[k] == 0 {
+			t.Errorf("no %s episode ran: %v", k, rep.FaultsByKind)
+		}
+	}
+	for _, f := range rep.Faults {
+		if f.Err != "" {
+			t.Errorf("episode %s failed: %s", f.Kind, f.Err)
+		}
+	}
+	// Clients and the other regions reached both us nodes.
+	for _, l := range []string{"us-lb", "eu->us", "ap->us"} {
+		if f := rep.Links[l].Forwarded; len(f) != 2 || f[0] == 0 || f[1] == 0 {
+			t.Errorf("%s forwarded %v connections to us-1, us-2: want some to each", l, f)
+		}
 	}
 	if rep.Ops.AckedWrites < 100 || rep.Check.EventsChecked < 100 {
 		t.Errorf("too little checked: %d acknowledged writes, %d log events", rep.Ops.AckedWrites, rep.Check.EventsChecked)

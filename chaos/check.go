@@ -38,6 +38,7 @@ const (
 	CheckConvergence = "convergence"        // the cluster did not quiesce after healing
 	CheckCountAgree  = "count-agreement"    // regions report different counts
 	CheckLikersAgree = "likers-agreement"   // regions report different who-liked sets
+	CheckNodesAgree  = "nodes-agreement"    // a node answers otherwise than its region
 	CheckCountEdges  = "count-vs-edges"     // count != number of LIKED edges
 	CheckCountLog    = "count-vs-log"       // count != sum of the logs' deltas
 	CheckAcked       = "acknowledged-write" // final state contradicts acknowledged writes
@@ -48,6 +49,7 @@ const (
 	CheckAsOf        = "asof"               // a count claims more freshness than it has
 	CheckSession     = "session-read"       // a button read with a session token was older than the token
 	CheckGraceful    = "graceful-stop"      // a graceful stop (restart) caused an unplanned failover
+	CheckReconcile   = "reconcile"          // a region's recount found cells that disagree with its edges
 )
 
 // Violation is one broken guarantee.
@@ -71,19 +73,26 @@ func (v Violation) String() string {
 
 // CheckInput is everything the checker judges, gathered after quiescing.
 type CheckInput struct {
-	Regions  []string
-	Ranges   int
-	TTL      time.Duration
-	MaxSkew  time.Duration
-	Ops      []*Op
-	Nemesis  []NemesisEvent
-	Pins     []PinVersion
-	Planned  map[PlannedMove]bool
-	Final    map[string]map[string]FinalItem // region → item
-	Logs     map[string][]LogEvent           // region → its whole log
-	Samples  []Sample
-	Buttons  []ButtonRead
-	Converge error // non-nil when quiescing failed
+	Regions []string
+	Ranges  int
+	TTL     time.Duration
+	MaxSkew time.Duration
+	Ops     []*Op
+	Nemesis []NemesisEvent
+	Pins    []PinVersion
+	Planned map[PlannedMove]bool
+	Final   map[string]map[string]FinalItem // region → item
+	// NodeFinal are the final reads at each node of a region of several
+	// (node → item); Nodes maps those nodes to their regions.
+	NodeFinal map[string]map[string]FinalItem
+	Nodes     map[string]string
+	// Reconcile is what each region's recount (no healing) found mismatched
+	// after quiescing; a region missing was not reconciled.
+	Reconcile map[string][]Recount
+	Logs      map[string][]LogEvent // region → its whole log
+	Samples   []Sample
+	Buttons   []ButtonRead
+	Converge  error // non-nil when quiescing failed
 }
 
 // FailoverWindow is an unplanned move's window: writes of the range acknowledged
@@ -113,6 +122,7 @@ type CheckResult struct {
 	SessionReads    int              `json:"sessionReadsChecked"`
 	ErasedUsers     int              `json:"erasedUsers"`
 	FinalLikedEdges int              `json:"finalLikedEdges"`
+	Reconciled      int              `json:"regionsReconciled"`
 	// Corrections counts branch-correction events in every region's log (an
 	// unplanned move overtook a write; planned moves make none).
 	Corrections int `json:"corrections"`
@@ -142,6 +152,13 @@ func Check(in CheckInput) *CheckResult {
 	excused := excuse(in, res, res.Windows)
 	res.ExcusedOps = len(excused)
 	checkFinal(in, res, excused)
+	res.Reconciled = len(in.Reconcile)
+	for _, r := range sortedKeys(in.Reconcile) {
+		for _, m := range in.Reconcile[r] {
+			res.add(Violation{Check: CheckReconcile, Region: r, Item: m.Item,
+				Detail: fmt.Sprintf("%d LIKED edges but cells sum to %d", m.Liked, m.Cells)})
+		}
+	}
 	checkPins(in, res)
 	checkPlanned(in, res)
 	checkAsOf(in, res)
@@ -345,6 +362,20 @@ func checkFinal(in CheckInput, res *CheckResult, excused map[int64]bool) {
 			if fi.Count != int64(len(fi.Likers)) {
 				res.add(Violation{Check: CheckCountEdges, Region: r, Item: it,
 					Detail: fmt.Sprintf("count %d but %d LIKED edges", fi.Count, len(fi.Likers))})
+			}
+		}
+		for _, n := range sortedKeys(in.Nodes) {
+			fi, ok := in.NodeFinal[n][it]
+			want := in.Final[in.Nodes[n]][it]
+			switch {
+			case !ok:
+				res.add(Violation{Check: CheckNodesAgree, Region: n, Item: it, Detail: "no final read"})
+			case fi.Count != want.Count:
+				res.add(Violation{Check: CheckNodesAgree, Region: n, Item: it,
+					Detail: fmt.Sprintf("count %d at node %s, %d at its region %s", fi.Count, n, want.Count, in.Nodes[n])})
+			case diff(fi.Likers, want.Likers) != "":
+				res.add(Violation{Check: CheckNodesAgree, Region: n, Item: it,
+					Detail: fmt.Sprintf("who-liked at node %s differs from its region %s: %s", n, in.Nodes[n], diff(fi.Likers, want.Likers))})
 			}
 		}
 		if in.Logs != nil && refItem.Count != logSum[it] {

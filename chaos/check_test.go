@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -123,6 +124,17 @@ func TestCheckCatches(t *testing.T) {
 		{"button read with the session token older than the write", func(in *CheckInput) {
 			in.Buttons = append(in.Buttons, ButtonRead{Op: 1, User: "u", Item: "i", Region: "eu", Want: true, Liked: false})
 		}, CheckSession},
+		{"a node of a region answers otherwise than its region", func(in *CheckInput) {
+			in.Nodes = map[string]string{"us-1": "us", "us-2": "us"}
+			in.NodeFinal = map[string]map[string]FinalItem{"us-1": {"i": in.Final["us"]["i"]}, "us-2": {"i": {Count: 0, Likers: []string{}}}}
+		}, CheckNodesAgree},
+		{"a node of a region was not read", func(in *CheckInput) {
+			in.Nodes = map[string]string{"us-1": "us", "us-2": "us"}
+			in.NodeFinal = map[string]map[string]FinalItem{"us-1": {"i": in.Final["us"]["i"]}}
+		}, CheckNodesAgree},
+		{"a recount finds cells that disagree with the edges", func(in *CheckInput) {
+			in.Reconcile = map[string][]Recount{"us": nil, "eu": {{Item: "i", Liked: 1, Cells: 2, Mismatch: -1}}}
+		}, CheckReconcile},
 	}
 	for _, c := range cases {
 		in := world()
@@ -136,8 +148,8 @@ func TestCheckCatches(t *testing.T) {
 
 func TestPlanSchedule(t *testing.T) {
 	regions := []string{"us", "eu", "ap"}
-	a := PlanSchedule(5, 80*time.Second, regions, ciNemeses(), 2*time.Second)
-	b := PlanSchedule(5, 80*time.Second, regions, ciNemeses(), 2*time.Second)
+	a := PlanSchedule(5, 80*time.Second, regions, nil, ciNemeses(), 2*time.Second)
+	b := PlanSchedule(5, 80*time.Second, regions, nil, ciNemeses(), 2*time.Second)
 	if !reflect.DeepEqual(a, b) {
 		t.Fatal("the same seed planned two schedules")
 	}
@@ -151,7 +163,35 @@ func TestPlanSchedule(t *testing.T) {
 	if len(kinds) != len(ciNemeses()) {
 		t.Errorf("80s schedule of seed 5 covers %d kinds %v, want all %d", len(kinds), kinds, len(ciNemeses()))
 	}
-	if c := PlanSchedule(6, 80*time.Second, regions, ciNemeses(), 2*time.Second); reflect.DeepEqual(a, c) {
+	if c := PlanSchedule(6, 80*time.Second, regions, nil, ciNemeses(), 2*time.Second); reflect.DeepEqual(a, c) {
 		t.Error("seeds 5 and 6 planned the same schedule")
+	}
+}
+
+// TestPlanScheduleNodes: node nemeses act on a node of a region of several,
+// and are left out when every region is one process.
+func TestPlanScheduleNodes(t *testing.T) {
+	regions := []string{"us", "eu", "ap"}
+	kinds := append([]string{NemPartition}, NodeNemeses...)
+	sched := PlanSchedule(3, 60*time.Second, regions, map[string]int{"eu": 2}, kinds, 2*time.Second)
+	seen := map[string]bool{}
+	for _, e := range sched {
+		if slices.Contains(NodeNemeses, e.Kind) {
+			seen[e.Kind] = true
+			if e.Region != "eu" || (e.Target != "eu-1" && e.Target != "eu-2") {
+				t.Errorf("episode %s: want a node of eu", e)
+			}
+		}
+	}
+	if len(seen) != len(NodeNemeses) {
+		t.Errorf("schedule %v lacks node nemeses", sched)
+	}
+	for _, e := range PlanSchedule(3, 60*time.Second, regions, nil, kinds, 2*time.Second) {
+		if e.Kind != NemPartition {
+			t.Errorf("one node per region, yet episode %s", e)
+		}
+	}
+	if s := PlanSchedule(3, 60*time.Second, regions, nil, NodeNemeses, 2*time.Second); s != nil {
+		t.Errorf("only node nemeses and no region of several nodes: schedule %v, want none", s)
 	}
 }

@@ -77,7 +77,11 @@ type ClusterConfig struct {
 	Unsafe        string // --unsafe-break
 	// EngineArgs, when set, are a region's extra likesd flags (the engines').
 	EngineArgs func(region string) []string
-	Logf       func(format string, args ...any)
+	// Nodes is how many likesd processes serve a region (default 1). A region
+	// of several needs EngineArgs (they share its engines); its nodes are
+	// REGION-1, REGION-2, …, reached through one load balancer per link.
+	Nodes map[string]int
+	Logf  func(format string, args ...any)
 }
 
 // Link is a directed link: From dials To ("etcd" for the etcd link).
@@ -179,17 +183,48 @@ func (p *proc) kill(timeout time.Duration) error {
 	}
 }
 
-// Region is one likesd run process and its addresses.
-type Region struct {
-	Name   string
+// Node is one likesd run process of a region and its addresses.
+type Node struct {
+	Name   string // the region's name when it is its only node
 	HTTP   string // host:port
 	GRPC   string
 	Gossip string
 	proc   *proc
 }
 
+// URL is the node's base URL.
+func (n *Node) URL() string { return "http://" + n.HTTP }
+
+// Region is a region's nodes and the address clients reach it on.
+type Region struct {
+	Name  string
+	Nodes []*Node
+	// HTTP is where clients reach the region: its only node's address, or
+	// with several nodes a TCP load balancer over them (never faulted).
+	HTTP string
+	lb   *proxy.Proxy
+}
+
 // URL is the region's base URL.
 func (r *Region) URL() string { return "http://" + r.HTTP }
+
+// Node returns the named node of the region, or nil.
+func (r *Region) Node(name string) *Node {
+	for _, n := range r.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+func (r *Region) grpcAddrs() []string {
+	var out []string
+	for _, n := range r.Nodes {
+		out = append(out, n.GRPC)
+	}
+	return out
+}
 
 // Cluster is etcd, the regions and the proxies of one chaos run.
 type Cluster struct {
@@ -270,29 +305,52 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (c *Cluster, err error
 	}
 
 	for _, name := range cfg.Regions {
+		k := max(cfg.Nodes[name], 1)
+		if k > 1 && cfg.EngineArgs == nil {
+			return c, fmt.Errorf("chaos: region %s on %d nodes needs the engines (an embedded region is one process)", name, k)
+		}
 		r := &Region{Name: name}
-		for _, p := range []*string{&r.HTTP, &r.GRPC} {
-			port, err := c.freePort(false)
+		for i := range k {
+			n := &Node{Name: name}
+			if k > 1 {
+				n.Name = fmt.Sprintf("%s-%d", name, i+1)
+			}
+			for _, p := range []*string{&n.HTTP, &n.GRPC} {
+				port, err := c.freePort(false)
+				if err != nil {
+					return c, err
+				}
+				*p = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+			}
+			gp, err := c.freePort(true)
 			if err != nil {
 				return c, err
 			}
-			*p = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+			n.Gossip = net.JoinHostPort("127.0.0.1", strconv.Itoa(gp))
+			r.Nodes = append(r.Nodes, n)
 		}
-		gp, err := c.freePort(true)
-		if err != nil {
-			return c, err
+		r.HTTP = r.Nodes[0].HTTP
+		if k > 1 {
+			var more []string
+			for _, n := range r.Nodes[1:] {
+				more = append(more, n.HTTP)
+			}
+			if r.lb, err = proxy.New(name+"-lb", "127.0.0.1:0", r.Nodes[0].HTTP, more...); err != nil {
+				return c, err
+			}
+			r.HTTP = r.lb.Addr()
 		}
-		r.Gossip = net.JoinHostPort("127.0.0.1", strconv.Itoa(gp))
 		c.regions[name] = r
 	}
-	// One proxy per directed link.
+	// One proxy per directed link; a link to a region of several nodes
+	// balances over them.
 	for _, from := range cfg.Regions {
 		if err := c.addProxy(Link{from, EtcdNode}, c.etcdAddr); err != nil {
 			return c, err
 		}
 		for _, to := range cfg.Regions {
 			if to != from {
-				if err := c.addProxy(Link{from, to}, c.regions[to].GRPC); err != nil {
+				if err := c.addProxy(Link{from, to}, c.regions[to].grpcAddrs()...); err != nil {
 					return c, err
 				}
 			}
@@ -311,49 +369,24 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (c *Cluster, err error
 	caCert, _ := peertls.Files(certs, "ca")
 	for i, name := range cfg.Regions {
 		r := c.regions[name]
-		var seeds, peers []string
-		for _, other := range cfg.Regions {
-			if other == name {
-				continue
-			}
-			seeds = append(seeds, c.regions[other].Gossip)
-			peers = append(peers, other+"="+c.proxies[Link{name, other}].Addr())
-		}
-		args := []string{"run",
-			"--region", name, "--regions", strings.Join(cfg.Regions, ","),
-			"--etcd", "http://" + c.proxies[Link{name, EtcdNode}].Addr(),
-			"--http", r.HTTP, "--grpc", r.GRPC, "--gossip", r.Gossip,
-			"--seeds", strings.Join(seeds, ","), "--peer-addrs", strings.Join(peers, ","),
-			"--data", filepath.Join(cfg.Dir, "data"),
-			"--lease-ttl", cfg.LeaseTTL.String(), "--window", cfg.Window.String(),
-			"--anti-entropy", cfg.AntiEntropy.String(),
-			"--failback-after", failbackAfter(cfg).String(), "--failback-rate", "50", "--drain-timeout", "20s",
-			"--partitions", strconv.Itoa(cfg.Partitions), "--ranges", strconv.Itoa(cfg.Ranges),
-		}
-		cert, key := peertls.Files(certs, name)
-		args = append(args, "--tls-cert", cert, "--tls-key", key, "--tls-ca", caCert, "--gossip-key-file", gossipKey)
-		if cfg.Unsafe != "" {
-			args = append(args, "--unsafe-break", cfg.Unsafe)
-		}
-		if cfg.EngineArgs != nil {
-			args = append(args, cfg.EngineArgs(name)...)
-		}
-		renv := append(append([]string(nil), env...), diskFullEnv+"="+c.diskFullFile(name))
-		r.proc = &proc{name: name, env: renv, args: args, log: filepath.Join(logs, name+".log")}
-		if err := r.proc.start(cfg.Binary); err != nil {
-			return c, err
-		}
-		if i == 0 {
-			// The first region creates the pins; wait for it so the others
-			// do not race it with a different view.
-			if err := c.waitHealthy(ctx, r, 60*time.Second); err != nil {
+		for j, n := range r.Nodes {
+			if err := c.startNode(r, n, env, certs, caCert, gossipKey, logs); err != nil {
 				return c, err
+			}
+			if i == 0 && j == 0 {
+				// The first region creates the pins; wait for it so the others
+				// do not race it with a different view.
+				if err := c.waitHealthy(ctx, n, 60*time.Second); err != nil {
+					return c, err
+				}
 			}
 		}
 	}
 	for _, name := range cfg.Regions {
-		if err := c.waitHealthy(ctx, c.regions[name], 60*time.Second); err != nil {
-			return c, err
+		for _, n := range c.regions[name].Nodes {
+			if err := c.waitHealthy(ctx, n, 60*time.Second); err != nil {
+				return c, err
+			}
 		}
 	}
 	if err := c.WaitReplicating(ctx, 60*time.Second); err != nil {
@@ -362,8 +395,50 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (c *Cluster, err error
 	return c, nil
 }
 
-func (c *Cluster) addProxy(l Link, upstream string) error {
-	p, err := proxy.New(l.String(), "127.0.0.1:0", upstream)
+// startNode starts one node of region r: its flags name every other node's
+// gossip address as a seed and reach every peer region through its link.
+func (c *Cluster) startNode(r *Region, n *Node, env []string, certs, caCert, gossipKey, logs string) error {
+	cfg, name := c.cfg, r.Name
+	var seeds, peers []string
+	for _, other := range cfg.Regions {
+		for _, on := range c.regions[other].Nodes {
+			if on != n {
+				seeds = append(seeds, on.Gossip)
+			}
+		}
+		if other != name {
+			peers = append(peers, other+"="+c.proxies[Link{name, other}].Addr())
+		}
+	}
+	args := []string{"run",
+		"--region", name, "--regions", strings.Join(cfg.Regions, ","),
+		"--etcd", "http://" + c.proxies[Link{name, EtcdNode}].Addr(),
+		"--http", n.HTTP, "--grpc", n.GRPC, "--gossip", n.Gossip,
+		"--seeds", strings.Join(seeds, ","), "--peer-addrs", strings.Join(peers, ","),
+		"--data", filepath.Join(cfg.Dir, "data"),
+		"--lease-ttl", cfg.LeaseTTL.String(), "--window", cfg.Window.String(),
+		"--anti-entropy", cfg.AntiEntropy.String(),
+		"--failback-after", failbackAfter(cfg).String(), "--failback-rate", "50", "--drain-timeout", "20s",
+		"--partitions", strconv.Itoa(cfg.Partitions), "--ranges", strconv.Itoa(cfg.Ranges),
+	}
+	cert, key := peertls.Files(certs, name)
+	args = append(args, "--tls-cert", cert, "--tls-key", key, "--tls-ca", caCert, "--gossip-key-file", gossipKey)
+	if cfg.Unsafe != "" {
+		args = append(args, "--unsafe-break", cfg.Unsafe)
+	}
+	if cfg.EngineArgs != nil {
+		args = append(args, cfg.EngineArgs(name)...)
+	}
+	if len(r.Nodes) > 1 {
+		args = append(args, "--node", n.Name)
+	}
+	renv := append(append([]string(nil), env...), diskFullEnv+"="+c.diskFullFile(name))
+	n.proc = &proc{name: n.Name, env: renv, args: args, log: filepath.Join(logs, n.Name+".log")}
+	return n.proc.start(cfg.Binary)
+}
+
+func (c *Cluster) addProxy(l Link, upstream ...string) error {
+	p, err := proxy.New(l.String(), "127.0.0.1:0", upstream[0], upstream[1:]...)
 	if err != nil {
 		return err
 	}
@@ -458,16 +533,16 @@ func poll(ctx context.Context, timeout, interval time.Duration, f func() error) 
 	}
 }
 
-func (c *Cluster) waitHealthy(ctx context.Context, r *Region, timeout time.Duration) error {
+func (c *Cluster) waitHealthy(ctx context.Context, n *Node, timeout time.Duration) error {
 	err := poll(ctx, timeout, 100*time.Millisecond, func() error {
-		if !r.proc.running() {
-			return fmt.Errorf("region %s exited", r.Name)
+		if !n.proc.running() {
+			return fmt.Errorf("%s exited", n.Name)
 		}
 		var h map[string]string
-		return c.getJSON(ctx, r, "/healthz", false, &h)
+		return c.getJSON(ctx, n, "/healthz", false, &h)
 	})
 	if err != nil {
-		return fmt.Errorf("region %s not healthy: %w (see %s)", r.Name, err, r.proc.log)
+		return fmt.Errorf("%s not healthy: %w (see %s)", n.Name, err, n.proc.log)
 	}
 	return nil
 }
@@ -495,11 +570,36 @@ type PeerStatus struct {
 	LastError     string
 }
 
-// Status reads a region's admin status.
+// Status reads a region's admin status. A region of several nodes is what
+// its running nodes say together: the largest aggregator lag, the earliest
+// asOf, and the replication of the node that ships (one is elected).
 func (c *Cluster) Status(ctx context.Context, name string) (Status, error) {
-	var st Status
-	err := c.getJSON(ctx, c.regions[name], "/v1/admin/status", true, &st)
-	return st, err
+	var out Status
+	seen := 0
+	for _, n := range c.regions[name].Nodes {
+		if len(c.regions[name].Nodes) > 1 && !n.proc.running() {
+			continue // a killed node is not part of the region until it is back
+		}
+		var st Status
+		if err := c.getJSON(ctx, n, "/v1/admin/status", true, &st); err != nil {
+			return st, err
+		}
+		if seen++; seen == 1 {
+			out = st
+			continue
+		}
+		out.AggregatorLag = max(out.AggregatorLag, st.AggregatorLag)
+		if st.AsOf.Before(out.AsOf) {
+			out.AsOf = st.AsOf
+		}
+		if len(out.Replication) == 0 {
+			out.Replication = st.Replication
+		}
+	}
+	if seen == 0 {
+		return out, fmt.Errorf("no node of region %s is running", name)
+	}
+	return out, nil
 }
 
 // replicatingTo checks that st ships to every other region and is caught up.
@@ -602,10 +702,13 @@ func (c *Cluster) Quiesce(ctx context.Context, since time.Time, timeout time.Dur
 	return last, err
 }
 
-func (c *Cluster) getJSON(ctx context.Context, r *Region, path string, admin bool, out any) error {
+// endpoint is a region (through its load balancer) or one node.
+type endpoint interface{ URL() string }
+
+func (c *Cluster) getJSON(ctx context.Context, at endpoint, path string, admin bool, out any) error {
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(cctx, http.MethodGet, r.URL()+path, nil)
+	req, err := http.NewRequestWithContext(cctx, http.MethodGet, at.URL()+path, nil)
 	if err != nil {
 		return err
 	}
@@ -622,9 +725,59 @@ func (c *Cluster) getJSON(ctx context.Context, r *Region, path string, admin boo
 		return err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s%s: %d %s", r.Name, path, resp.StatusCode, strings.TrimSpace(string(body)))
+		return fmt.Errorf("GET %s%s: %d %s", at.URL(), path, resp.StatusCode, strings.TrimSpace(string(body)))
 	}
 	return json.Unmarshal(body, out)
+}
+
+// Recount is one item a region's reconciliation found mismatched (its
+// LIKED edges against the sum of its cells).
+type Recount struct {
+	Item     string `json:"itemId"`
+	Liked    int64  `json:"likedEdges"`
+	Cells    int64  `json:"cellSum"`
+	Mismatch int64  `json:"mismatch"`
+}
+
+// Reconcile asks a region (its first running node) to recount every item
+// without healing (POST /v1/admin/reconcile) and returns the mismatches.
+// On Cassandra a recount reads every item's cell partitions: one request
+// may take long on a loaded machine, hence its own timeout.
+func (c *Cluster) Reconcile(ctx context.Context, name string) ([]Recount, error) {
+	var at *Node
+	for _, n := range c.regions[name].Nodes {
+		if n.proc.running() {
+			at = n
+			break
+		}
+	}
+	if at == nil {
+		return nil, fmt.Errorf("no node of region %s is running", name)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(cctx, http.MethodPost, at.URL()+"/v1/admin/reconcile", strings.NewReader(`{}`))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.admin)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile at %s: %w", at.Name, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("reconcile at %s: %d %s", at.Name, resp.StatusCode, strings.TrimSpace(string(body)))
+	}
+	var rep struct {
+		Mismatched []Recount `json:"mismatched"`
+	}
+	return rep.Mismatched, json.Unmarshal(body, &rep)
 }
 
 // Regions lists the region names.
@@ -632,6 +785,27 @@ func (c *Cluster) Regions() []string { return append([]string(nil), c.cfg.Region
 
 // Region returns a region.
 func (c *Cluster) Region(name string) *Region { return c.regions[name] }
+
+// Node finds a node by name, with its region.
+func (c *Cluster) Node(name string) (*Region, *Node) {
+	for _, r := range c.regions {
+		if n := r.Node(name); n != nil {
+			return r, n
+		}
+	}
+	return nil, nil
+}
+
+// MultiNode lists the regions served by several nodes, in region order.
+func (c *Cluster) MultiNode() []string {
+	var out []string
+	for _, name := range c.cfg.Regions {
+		if len(c.regions[name].Nodes) > 1 {
+			out = append(out, name)
+		}
+	}
+	return out
+}
 
 // Etcd is the runner's own (direct, never proxied) etcd client.
 func (c *Cluster) Etcd() *clientv3.Client { return c.cli }
@@ -673,11 +847,17 @@ func (c *Cluster) HealLinks() {
 	}
 }
 
-// LinkStats reports every proxy's counters, by link name.
+// LinkStats reports every proxy's counters, by link name, and each load
+// balancer's (REGION-lb) in front of a region's nodes.
 func (c *Cluster) LinkStats() map[string]proxy.Stats {
 	out := map[string]proxy.Stats{}
 	for l, p := range c.proxies {
 		out[l.String()] = p.Stats()
+	}
+	for _, r := range c.regions {
+		if r.lb != nil {
+			out[r.lb.Name()] = r.lb.Stats()
+		}
 	}
 	return out
 }
@@ -691,50 +871,108 @@ func failbackAfter(cfg ClusterConfig) time.Duration {
 
 // Stop sends SIGTERM to a region (a graceful stop: it hands its ranges off
 // and flushes its shipper) and waits until it has exited, bounded; it returns
-// how long that took.
+// how long that took. A region's nodes stop one after the other, the first
+// last: only the last node of a region hands its ranges off.
 func (c *Cluster) Stop(name string, timeout time.Duration) (time.Duration, error) {
-	p := c.regions[name].proc
+	start := time.Now()
+	nodes := c.regions[name].Nodes
+	for i := len(nodes) - 1; i >= 0; i-- {
+		if err := stopProc(nodes[i].proc, timeout-time.Since(start)); err != nil {
+			return time.Since(start), err
+		}
+	}
+	return time.Since(start), nil
+}
+
+// stopProc SIGTERMs a running process and waits for it to exit, bounded.
+func stopProc(p *proc, timeout time.Duration) error {
+	if !p.running() {
+		return nil
+	}
 	p.mu.Lock()
 	done := p.done
 	p.mu.Unlock()
-	start := time.Now()
 	if err := p.signal(syscall.SIGTERM); err != nil {
-		return 0, err
+		return err
 	}
-	t := time.NewTimer(timeout)
+	t := time.NewTimer(max(timeout, time.Second))
 	defer t.Stop()
 	select {
 	case <-done:
-		return time.Since(start), nil
+		return nil
 	case <-t.C:
-		return time.Since(start), fmt.Errorf("%s did not stop within %v of SIGTERM", name, timeout)
+		return fmt.Errorf("%s did not stop within %v of SIGTERM", p.name, timeout)
 	}
 }
 
-// Kill sends SIGKILL to a region's process group and waits for it.
-func (c *Cluster) Kill(name string) error { return c.regions[name].proc.kill(10 * time.Second) }
+// Kill sends SIGKILL to every node of a region and waits for them.
+func (c *Cluster) Kill(name string) error {
+	var errs []error
+	for _, n := range c.regions[name].Nodes {
+		errs = append(errs, n.proc.kill(10*time.Second))
+	}
+	return errors.Join(errs...)
+}
 
-// Restart starts a killed region again on the same data folder and ports, and
-// waits until it serves.
+// Restart starts every node of a region that is not running again, on the
+// same data folder and ports, and waits until they serve.
 func (c *Cluster) Restart(ctx context.Context, name string) error {
-	r := c.regions[name]
-	if r.proc.running() {
-		return fmt.Errorf("region %s is still running", name)
+	var errs []error
+	for _, n := range c.regions[name].Nodes {
+		if !n.proc.running() {
+			errs = append(errs, c.RestartNode(ctx, n.Name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// KillNode sends SIGKILL to one node and waits for it.
+func (c *Cluster) KillNode(node string) error {
+	_, n := c.Node(node)
+	if n == nil {
+		return fmt.Errorf("no node %q", node)
+	}
+	return n.proc.kill(10 * time.Second)
+}
+
+// RestartNode starts a dead node again and waits until it serves.
+func (c *Cluster) RestartNode(ctx context.Context, node string) error {
+	_, n := c.Node(node)
+	if n == nil {
+		return fmt.Errorf("no node %q", node)
+	}
+	if n.proc.running() {
+		return fmt.Errorf("%s is still running", node)
 	}
 	// The ports were just released; a restart can race their reuse by the
 	// kernel only for TIME_WAIT, which Go's SO_REUSEADDR tolerates.
-	if err := r.proc.start(c.cfg.Binary); err != nil {
+	if err := n.proc.start(c.cfg.Binary); err != nil {
 		return err
 	}
-	return c.waitHealthy(ctx, r, 60*time.Second)
+	return c.waitHealthy(ctx, n, 60*time.Second)
 }
 
-// Pause SIGSTOPs a region; Resume SIGCONTs it.
-func (c *Cluster) Pause(name string) error  { return c.regions[name].proc.signal(syscall.SIGSTOP) }
-func (c *Cluster) Resume(name string) error { return c.regions[name].proc.signal(syscall.SIGCONT) }
+// Pause SIGSTOPs every node of a region; Resume SIGCONTs them.
+func (c *Cluster) Pause(name string) error  { return c.signalAll(name, syscall.SIGSTOP) }
+func (c *Cluster) Resume(name string) error { return c.signalAll(name, syscall.SIGCONT) }
 
-// Running reports whether a region's process is alive.
-func (c *Cluster) Running(name string) bool { return c.regions[name].proc.running() }
+func (c *Cluster) signalAll(name string, sig syscall.Signal) error {
+	var errs []error
+	for _, n := range c.regions[name].Nodes {
+		errs = append(errs, n.proc.signal(sig))
+	}
+	return errors.Join(errs...)
+}
+
+// Running reports whether any node of a region is alive.
+func (c *Cluster) Running(name string) bool {
+	for _, n := range c.regions[name].Nodes {
+		if n.proc.running() {
+			return true
+		}
+	}
+	return false
+}
 
 // diskFullEnv is cmd/likesd's test-only knob: while the file it names
 // exists, the region's store refuses writes as on a full disk.
@@ -767,16 +1005,15 @@ func (c *Cluster) HealAll(ctx context.Context) error {
 	var errs []error
 	for _, name := range c.cfg.Regions {
 		errs = append(errs, c.SetDiskFull(name, false))
-		r := c.regions[name]
-		r.proc.mu.Lock()
-		stopped := r.proc.stopped
-		r.proc.mu.Unlock()
-		if stopped {
-			errs = append(errs, c.Resume(name))
+		for _, n := range c.regions[name].Nodes {
+			n.proc.mu.Lock()
+			stopped := n.proc.stopped
+			n.proc.mu.Unlock()
+			if stopped {
+				errs = append(errs, n.proc.signal(syscall.SIGCONT))
+			}
 		}
-		if !r.proc.running() {
-			errs = append(errs, c.Restart(ctx, name))
-		}
+		errs = append(errs, c.Restart(ctx, name))
 	}
 	return errors.Join(errs...)
 }
@@ -800,7 +1037,9 @@ func (c *Cluster) OwnedRanges(ctx context.Context) (map[string]int, error) {
 func (c *Cluster) LogFiles() []string {
 	out := []string{c.etcd.log}
 	for _, r := range c.regions {
-		out = append(out, r.proc.log)
+		for _, n := range r.Nodes {
+			out = append(out, n.proc.log)
+		}
 	}
 	sort.Strings(out)
 	return out
@@ -814,10 +1053,15 @@ func (c *Cluster) Close() {
 		c.cli = nil
 	}
 	for _, r := range c.regions {
-		if r.proc != nil {
-			if err := r.proc.kill(10 * time.Second); err != nil {
-				c.cfg.Logf("cleanup: %v", err)
+		for _, n := range r.Nodes {
+			if n.proc != nil {
+				if err := n.proc.kill(10 * time.Second); err != nil {
+					c.cfg.Logf("cleanup: %v", err)
+				}
 			}
+		}
+		if r.lb != nil {
+			_ = r.lb.Close()
 		}
 	}
 	if c.etcd != nil {

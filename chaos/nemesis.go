@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/likes-dev/likes/chaos/proxy"
@@ -55,11 +57,25 @@ const (
 	NemRestart = "restart"
 	// NemRollingRestart restarts every region in turn, as NemRestart does.
 	NemRollingRestart = "rolling-restart"
+	// NemKillNode kill -9s one node of a region served by several (its log
+	// partitions' aggregators and relay mid-window, maybe the elected
+	// shipper) and restarts it: the other nodes take its share once its
+	// registration expires, then give it back. The region never stops.
+	NemKillNode = "kill-node"
+	// NemPauseNode SIGSTOPs one node of a region served by several, maybe
+	// past the lease TTL (the others take its share and its elections), then
+	// SIGCONTs it: a zombie that wakes up running partitions and roles that
+	// are no longer its, which every fence must absorb.
+	NemPauseNode = "pause-node"
 )
 
-// AllNemeses lists every kind, in a fixed order.
+// AllNemeses lists every kind that needs nothing but regions, in a fixed order.
 var AllNemeses = []string{NemPartition, NemOneWay, NemEtcdSplit, NemKill, NemPause, NemMovePins, NemFailover,
 	NemMovePartitioned, NemDelay, NemReset, NemDiskFull, NemRestart, NemRollingRestart}
+
+// NodeNemeses act on one node of a region served by several (Options.Nodes);
+// a run with such a region draws from them too.
+var NodeNemeses = []string{NemKillNode, NemPauseNode}
 
 // Episode is one planned fault.
 type Episode struct {
@@ -110,11 +126,24 @@ func (e Episode) String() string {
 // PlanSchedule derives a schedule from the seed: after a warm-up, episodes
 // one at a time with gaps, first every kind in a seeded order, then seeded
 // random kinds, until span is used up. ttl scales the durations that must
-// outlive a lease.
-func PlanSchedule(seed uint64, span time.Duration, regions []string, kinds []string, ttl time.Duration) []Episode {
+// outlive a lease. nodes is how many nodes serve each region (default 1):
+// node nemeses pick among the regions of several.
+func PlanSchedule(seed uint64, span time.Duration, regions []string, nodes map[string]int, kinds []string, ttl time.Duration) []Episode {
 	rng := rand.New(rand.NewPCG(seed, 0xC4A05))
 	if len(kinds) == 0 {
 		kinds = AllNemeses
+	}
+	var multi []string // the regions of several nodes
+	for _, r := range regions {
+		if nodes[r] > 1 {
+			multi = append(multi, r)
+		}
+	}
+	if len(multi) == 0 { // node nemeses have nothing to act on
+		kinds = slices.DeleteFunc(slices.Clone(kinds), func(k string) bool { return slices.Contains(NodeNemeses, k) })
+		if len(kinds) == 0 {
+			return nil
+		}
 	}
 	order := append([]string(nil), kinds...)
 	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
@@ -162,6 +191,10 @@ func PlanSchedule(seed uint64, span time.Duration, regions []string, kinds []str
 			e.Duration = dur(2*time.Second, 4*time.Second)
 		case NemRestart, NemRollingRestart:
 			e.Duration = dur(300*time.Millisecond, 1500*time.Millisecond) // downtime of each stop
+		case NemKillNode, NemPauseNode:
+			e.Region = multi[rng.IntN(len(multi))]
+			e.Target = fmt.Sprintf("%s-%d", e.Region, 1+rng.IntN(nodes[e.Region]))
+			e.Duration = dur(500*time.Millisecond, 2*ttl+2*time.Second)
 		}
 		// Estimated length (failover waits for the lease to expire).
 		length := e.Duration
@@ -377,6 +410,28 @@ func (n *Nemesis) run(ctx context.Context, e Episode) (string, error) {
 			}
 		}
 		return strings.Join(details, "; "), nil
+	case NemKillNode:
+		if err := c.KillNode(e.Target); err != nil {
+			return "", err
+		}
+		err := sleep(ctx, e.Duration)
+		if rerr := c.RestartNode(ctx, e.Target); rerr != nil {
+			return "killed; restart failed", errors.Join(err, rerr)
+		}
+		return fmt.Sprintf("kill -9 node %s, restarted after %v", e.Target, e.Duration.Round(time.Millisecond)), err
+	case NemPauseNode:
+		_, node := c.Node(e.Target)
+		if node == nil {
+			return "", fmt.Errorf("no node %q", e.Target)
+		}
+		if err := node.proc.signal(syscall.SIGSTOP); err != nil {
+			return "", err
+		}
+		err := sleep(ctx, e.Duration)
+		if rerr := node.proc.signal(syscall.SIGCONT); rerr != nil {
+			return "paused; resume failed", errors.Join(err, rerr)
+		}
+		return fmt.Sprintf("SIGSTOP node %s for %v", e.Target, e.Duration.Round(time.Millisecond)), err
 	case NemDiskFull:
 		if err := c.SetDiskFull(r, true); err != nil {
 			return "", err

@@ -10,7 +10,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -41,6 +43,9 @@ type Options struct {
 	// Engines, when set, puts every region on Cassandra + Kafka + Redis
 	// (engines.go); the disk-full nemesis is left out of the schedule.
 	Engines *Engines
+	// Nodes is how many likesd nodes serve a region (default 1; several
+	// need Engines). A run with such a region also draws the node nemeses.
+	Nodes map[string]int
 	// ProgressEvery is the period of progress lines (default 5s).
 	ProgressEvery time.Duration
 }
@@ -104,6 +109,9 @@ func ReplayCommand(o Options) string {
 	if o.Engines != nil {
 		s += " --engines"
 	}
+	if n := NodesFlag(o.Nodes); n != "" {
+		s += " --nodes " + n
+	}
 	if len(o.Kinds) > 0 {
 		s += " --nemeses " + strings.Join(o.Kinds, ",")
 	}
@@ -143,6 +151,58 @@ func (o *Options) defaults() {
 	}
 }
 
+// NodesFlag is nodes as the --nodes flag spells it (us=2,eu=2), in name
+// order; regions of one node are left out.
+func NodesFlag(nodes map[string]int) string {
+	var parts []string
+	for _, r := range sortedKeys(nodes) {
+		if nodes[r] > 1 {
+			parts = append(parts, fmt.Sprintf("%s=%d", r, nodes[r]))
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// ParseNodes reads the --nodes flag (region=count,…).
+func ParseNodes(s string) (map[string]int, error) {
+	out := map[string]int{}
+	for _, kv := range strings.Split(s, ",") {
+		name, count, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		k, err := strconv.Atoi(count)
+		if !ok || name == "" || err != nil {
+			return nil, fmt.Errorf("want region=count, got %q", kv)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("region %s named twice", name)
+		}
+		out[name] = k
+	}
+	return out, nil
+}
+
+// validate refuses options that cannot be run, before anything starts.
+func (o *Options) validate() error {
+	multi := false
+	for r, k := range o.Nodes {
+		if !slices.Contains(o.Regions, r) {
+			return fmt.Errorf("chaos: nodes for %q, which is not a region of the run (%s)", r, strings.Join(o.Regions, ","))
+		}
+		if k < 1 || k > 4 {
+			return fmt.Errorf("chaos: region %s on %d nodes: want 1 to 4", r, k)
+		}
+		if k > 1 && o.Engines == nil {
+			return fmt.Errorf("chaos: region %s on %d nodes needs --engines (a region on the embedded store is one process)", r, k)
+		}
+		multi = multi || k > 1
+	}
+	for _, k := range o.Kinds {
+		if slices.Contains(NodeNemeses, k) && !multi {
+			return fmt.Errorf("chaos: the %s nemesis needs a region of several nodes (--nodes)", k)
+		}
+	}
+	return nil
+}
+
 // Run runs the suite once: it builds likesd (unless Options.Binary), starts
 // the cluster, runs the load and the nemesis schedule, heals, quiesces,
 // checks, and writes report.json, history.jsonl and summary.txt into the
@@ -150,6 +210,9 @@ func (o *Options) defaults() {
 // for runs that could not be carried out; violations are in the report.
 func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	o.defaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
 	logf := func(format string, args ...any) {
 		if o.Progress != nil {
 			fmt.Fprintf(o.Progress, "chaos: "+format+"\n", args...)
@@ -186,8 +249,12 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	var eng *engineRun
 	if o.Engines != nil {
 		if o.Schedule == nil {
+			all := len(o.Kinds) == 0
 			if o.Kinds, err = engineKinds(o.Kinds); err != nil {
 				return rep, err
+			}
+			if all && NodesFlag(o.Nodes) != "" {
+				o.Kinds = append(o.Kinds, NodeNemeses...)
 			}
 		}
 		logf("regions on the engines: Cassandra %s, Kafka %s, Redis %s", strings.Join(o.Engines.Cassandra, ","),
@@ -219,7 +286,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	secret := fmt.Sprintf("chaos-secret-%020d", o.Seed) // ≥ 32 bytes: likesd run refuses shorter ones
 	sched := o.Schedule
 	if sched == nil {
-		sched = PlanSchedule(o.Seed, o.Duration, o.Regions, o.Kinds, o.LeaseTTL)
+		sched = PlanSchedule(o.Seed, o.Duration, o.Regions, o.Nodes, o.Kinds, o.LeaseTTL)
 	}
 	rep.Schedule = sched
 	hist.Write("note", map[string]any{"seed": o.Seed, "replay": rep.Replay, "schedule": sched})
@@ -233,6 +300,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	if eng != nil {
 		ccfg.EngineArgs = eng.args
 	}
+	ccfg.Nodes = o.Nodes
 	cl, err := StartCluster(ctx, ccfg)
 	if cl != nil {
 		rep.Logs = cl.LogFiles()
@@ -294,7 +362,12 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 
 	ops := wl.Ops()
 	in := CheckInput{Regions: o.Regions, Ranges: 64, TTL: o.LeaseTTL, MaxSkew: cl.EpochConfig().MaxSkew,
-		Ops: ops, Nemesis: nem.Events(), Planned: nem.Planned(), Samples: wl.Samples(), Buttons: wl.Buttons()}
+		Ops: ops, Nemesis: nem.Events(), Planned: nem.Planned(), Samples: wl.Samples(), Buttons: wl.Buttons(), Nodes: map[string]string{}}
+	for _, r := range cl.MultiNode() {
+		for _, n := range cl.Region(r).Nodes {
+			in.Nodes[n.Name] = r
+		}
+	}
 	logf("waiting for erasures to finish and the regions to quiesce")
 	in.Converge = waitErasures(ctx, cl, ops, 30*time.Second)
 	if in.Converge == nil {
@@ -324,8 +397,19 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 			}
 		}
 	}
-	if in.Final, err = finalReads(ctx, cl, sortedKeys(items)); err != nil {
+	if in.Final, in.NodeFinal, err = finalReads(ctx, cl, sortedKeys(items)); err != nil {
 		return rep, err
+	}
+	if in.Converge == nil {
+		// A recount needs a converged region; after a failed quiesce the
+		// convergence violation already says it all.
+		logf("reconciling every region (a recount of every item's edges against its cells, no healing)")
+		in.Reconcile = map[string][]Recount{}
+		for _, r := range o.Regions {
+			if in.Reconcile[r], err = cl.Reconcile(ctx, r); err != nil {
+				return rep, err
+			}
+		}
 	}
 	if in.Pins, err = pins.Sync(ctx, 10*time.Second); err != nil {
 		return rep, fmt.Errorf("pin history: %w", err)
@@ -465,33 +549,53 @@ func fetchLogs(ctx context.Context, cl *Cluster) (map[string][]LogEvent, error) 
 	return out, nil
 }
 
-// finalReads reads every item's count and who-liked list at every region. A
+// finalReads reads every item's count and who-liked list at every region,
+// and at every node of a region of several (node → item). A
 // count cache may serve an entry computed before convergence for up to a
 // second, so the reads repeat (bounded) until the regions agree.
-func finalReads(ctx context.Context, cl *Cluster, items []string) (map[string]map[string]FinalItem, error) {
-	var out map[string]map[string]FinalItem
+func finalReads(ctx context.Context, cl *Cluster, items []string) (regions, nodes map[string]map[string]FinalItem, err error) {
+	read := func(at endpoint) (map[string]FinalItem, error) {
+		m := map[string]FinalItem{}
+		for _, it := range items {
+			fi, err := readItem(ctx, cl, at, it)
+			if err != nil {
+				return nil, err
+			}
+			m[it] = fi
+		}
+		return m, nil
+	}
 	for attempt := 0; attempt < 6; attempt++ {
 		if attempt > 0 {
 			if err := sleep(ctx, 1200*time.Millisecond); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
-		out = map[string]map[string]FinalItem{}
+		regions, nodes = map[string]map[string]FinalItem{}, map[string]map[string]FinalItem{}
+		views := cl.Regions()
 		for _, r := range cl.Regions() {
-			out[r] = map[string]FinalItem{}
-			for _, it := range items {
-				fi, err := readItem(ctx, cl, r, it)
-				if err != nil {
-					return nil, err
-				}
-				out[r][it] = fi
+			if regions[r], err = read(cl.Region(r)); err != nil {
+				return nil, nil, err
 			}
 		}
-		if agree(out, cl.Regions(), items) {
+		for _, r := range cl.MultiNode() {
+			for _, n := range cl.Region(r).Nodes {
+				if nodes[n.Name], err = read(n); err != nil {
+					return nil, nil, err
+				}
+				views = append(views, n.Name)
+				regions[n.Name] = nodes[n.Name] // for agree only
+			}
+		}
+		ok := agree(regions, views, items)
+		for n := range nodes {
+			delete(regions, n)
+		}
+		if ok {
 			break
 		}
 	}
-	return out, nil
+	return regions, nodes, nil
 }
 
 func agree(f map[string]map[string]FinalItem, regions, items []string) bool {
@@ -507,12 +611,11 @@ func agree(f map[string]map[string]FinalItem, regions, items []string) bool {
 	return true
 }
 
-func readItem(ctx context.Context, cl *Cluster, r, item string) (FinalItem, error) {
+func readItem(ctx context.Context, cl *Cluster, reg endpoint, item string) (FinalItem, error) {
 	var fi FinalItem
 	var cb struct {
 		Count int64 `json:"count"`
 	}
-	reg := cl.Region(r)
 	if err := cl.getJSON(ctx, reg, "/v1/items/"+url.PathEscape(item)+"/count", false, &cb); err != nil {
 		return fi, err
 	}
@@ -570,7 +673,7 @@ func writeForensics(dir string, in CheckInput) error {
 		conv = in.Converge.Error()
 	}
 	b, err := json.MarshalIndent(forensics{Regions: in.Regions, Ranges: in.Ranges, TTL: in.TTL, MaxSkew: in.MaxSkew,
-		Converge: conv, Final: in.Final, Pins: in.Pins}, "", " ")
+		Converge: conv, Final: in.Final, NodeFinal: in.NodeFinal, Nodes: in.Nodes, Reconcile: in.Reconcile, Pins: in.Pins}, "", " ")
 	if err != nil {
 		return err
 	}
@@ -585,7 +688,11 @@ type forensics struct {
 	MaxSkew  time.Duration                   `json:"maxSkew"`
 	Converge string                          `json:"convergeError,omitempty"`
 	Final    map[string]map[string]FinalItem `json:"final"`
-	Pins     []PinVersion                    `json:"pins"`
+	// NodeFinal and Nodes: the reads at each node of a region of several.
+	NodeFinal map[string]map[string]FinalItem `json:"nodeFinal,omitempty"`
+	Nodes     map[string]string               `json:"nodes,omitempty"`
+	Reconcile map[string][]Recount            `json:"reconcile,omitempty"`
+	Pins      []PinVersion                    `json:"pins"`
 }
 
 // LoadCheckInput rebuilds a run's checker input from its output folder
@@ -605,6 +712,7 @@ func LoadCheckInput(dir string) (CheckInput, error) {
 		return in, errors.New("final.json names no regions or ranges (written by an older version of the suite?)")
 	}
 	in.Regions, in.Ranges, in.TTL, in.MaxSkew, in.Final, in.Pins = f.Regions, f.Ranges, f.TTL, f.MaxSkew, f.Final, f.Pins
+	in.NodeFinal, in.Nodes, in.Reconcile = f.NodeFinal, f.Nodes, f.Reconcile
 	if f.Converge != "" {
 		in.Converge = errors.New(f.Converge)
 	}
@@ -728,8 +836,8 @@ func (rep *Report) Summary() string {
 	if c := rep.Check; c != nil {
 		fmt.Fprintf(&b, "  pins: %d versions, %d planned moves, %d unplanned (failover windows excuse %d acknowledged ops)\n",
 			rep.PinVersions, c.PlannedMoves, c.UnplannedMoves, c.ExcusedOps)
-		fmt.Fprintf(&b, "  checked: %d items, %d edges with history, %d erased users, %d LIKED edges, %d writes against pins, %d asOf samples, %d session reads\n",
-			c.ItemsChecked, c.EdgesChecked, c.ErasedUsers, c.FinalLikedEdges, c.EventsChecked, c.SamplesChecked, c.SessionReads)
+		fmt.Fprintf(&b, "  checked: %d items, %d edges with history, %d erased users, %d LIKED edges, %d writes against pins, %d asOf samples, %d session reads, %d regions reconciled\n",
+			c.ItemsChecked, c.EdgesChecked, c.ErasedUsers, c.FinalLikedEdges, c.EventsChecked, c.SamplesChecked, c.SessionReads, c.Reconciled)
 		fmt.Fprintf(&b, "  final mismatches:  %d", rep.Mismatches)
 		if len(c.ByCheck) > 0 {
 			fmt.Fprintf(&b, " %v", sortedMap(c.ByCheck))

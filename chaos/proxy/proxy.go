@@ -1,6 +1,6 @@
 // Package proxy is a small fault-injecting TCP proxy for the chaos suite: one
 // Proxy per directed link (a listener on loopback forwarding every accepted
-// connection to one upstream address), whose Mode can be switched at any time:
+// connection to an upstream address), whose Mode can be switched at any time:
 //
 //   - Pass: bytes flow both ways (optionally each chunk held back by Delay).
 //   - Blackhole: the link is cut silently: open connections stay open but every
@@ -12,6 +12,11 @@
 //
 // Leaving Blackhole closes every connection that lost bytes (their streams are
 // corrupt), so clients reconnect; connections are never resumed mid-stream.
+//
+// With several upstreams (the nodes of one region) the proxy is also the
+// region's TCP load balancer: each new connection goes to the next upstream
+// in turn, and one that refuses the dial is skipped for the next, so a dead
+// node costs its open connections and nothing after.
 //
 // The proxy has no randomness and no timers of its own besides Delay, so a
 // schedule of SetMode calls is deterministic. Close stops the listener, closes
@@ -72,19 +77,23 @@ type Stats struct {
 	BytesDown uint64 // bytes forwarded upstream → client
 	Dropped   uint64 // bytes dropped while blackholed
 	DialFails uint64 // upstream dials that failed (the client connection is closed)
+	// Forwarded counts the connections forwarded to each upstream, in the
+	// order New was given them.
+	Forwarded []uint64
 }
 
 // Proxy is one directed link.
 type Proxy struct {
-	name     string
-	upstream string
-	ln       net.Listener
+	name      string
+	upstreams []string
+	ln        net.Listener
 
 	mu     sync.Mutex
 	mode   Mode
 	conns  map[*link]struct{}
 	stats  Stats
 	closed bool
+	next   int // the upstream the next connection tries first
 
 	wg sync.WaitGroup
 }
@@ -113,13 +122,14 @@ func (l *link) close(reset bool) {
 }
 
 // New starts a proxy listening on listen (e.g. "127.0.0.1:0") that forwards to
-// upstream. name labels it in errors and reports.
-func New(name, listen, upstream string) (*Proxy, error) {
+// upstream, or to each of several in turn. name labels it in errors and reports.
+func New(name, listen string, upstream string, more ...string) (*Proxy, error) {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, fmt.Errorf("proxy %s: %w", name, err)
 	}
-	p := &Proxy{name: name, upstream: upstream, ln: ln, conns: map[*link]struct{}{}}
+	ups := append([]string{upstream}, more...)
+	p := &Proxy{name: name, upstreams: ups, ln: ln, conns: map[*link]struct{}{}, stats: Stats{Forwarded: make([]uint64, len(ups))}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -131,8 +141,8 @@ func (p *Proxy) Name() string { return p.name }
 // Addr is the address clients dial.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-// Upstream is the address the proxy forwards to.
-func (p *Proxy) Upstream() string { return p.upstream }
+// Upstreams are the addresses the proxy forwards to.
+func (p *Proxy) Upstreams() []string { return append([]string(nil), p.upstreams...) }
 
 // Mode is the current mode.
 func (p *Proxy) Mode() Mode {
@@ -145,7 +155,9 @@ func (p *Proxy) Mode() Mode {
 func (p *Proxy) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.stats
+	st := p.stats
+	st.Forwarded = append([]uint64(nil), st.Forwarded...)
+	return st
 }
 
 // SetMode switches the link's behaviour, effective at once for every open
@@ -266,11 +278,8 @@ func (p *Proxy) forget(l *link) {
 
 func (p *Proxy) serve(c net.Conn) {
 	defer p.wg.Done()
-	up, err := net.DialTimeout("tcp", p.upstream, 2*time.Second)
+	up, err := p.dial()
 	if err != nil {
-		p.mu.Lock()
-		p.stats.DialFails++
-		p.mu.Unlock()
 		(&link{client: c}).close(true)
 		return
 	}
@@ -292,6 +301,32 @@ func (p *Proxy) serve(c net.Conn) {
 	go func() { defer wg.Done(); p.pipe(l, c, up, true) }()
 	go func() { defer wg.Done(); p.pipe(l, up, c, false) }()
 	wg.Wait()
+}
+
+// dial connects to the next upstream in turn, skipping those that refuse;
+// each failed dial is counted.
+func (p *Proxy) dial() (net.Conn, error) {
+	p.mu.Lock()
+	first := p.next
+	p.next = (p.next + 1) % len(p.upstreams)
+	p.mu.Unlock()
+	var err error
+	for i := range p.upstreams {
+		k := (first + i) % len(p.upstreams)
+		up, derr := net.DialTimeout("tcp", p.upstreams[k], 2*time.Second)
+		p.mu.Lock()
+		if derr == nil {
+			p.stats.Forwarded[k]++
+		} else {
+			p.stats.DialFails++
+		}
+		p.mu.Unlock()
+		if derr == nil {
+			return up, nil
+		}
+		err = derr
+	}
+	return nil, err
 }
 
 type chunk struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -181,4 +182,73 @@ func TestCloseWaits(t *testing.T) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// greeter starts a server that writes its name and closes each connection;
+// stop closes its listener (the address then refuses dials).
+func greeter(t *testing.T, name string) (addr string, stop func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var once sync.Once
+	stop = func() { once.Do(func() { _ = ln.Close(); wg.Wait() }) }
+	t.Cleanup(stop)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte(name + "\n"))
+			_ = c.Close()
+		}
+	}()
+	return ln.Addr().String(), stop
+}
+
+func greeting(t *testing.T, p *Proxy) string {
+	t.Helper()
+	c := dial(t, p)
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return line[:len(line)-1]
+}
+
+// TestUpstreamsInTurn: with several upstreams, new connections go to each in
+// turn; one that refuses dials is skipped (counted), so every connection
+// still reaches a live one.
+func TestUpstreamsInTurn(t *testing.T) {
+	a, _ := greeter(t, "a")
+	b, stopB := greeter(t, "b")
+	p, err := New("lb", "127.0.0.1:0", a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	var got []string
+	for range 4 {
+		got = append(got, greeting(t, p))
+	}
+	if want := []string{"a", "b", "a", "b"}; !slices.Equal(got, want) {
+		t.Fatalf("greetings %v, want %v", got, want)
+	}
+	stopB()
+	got = got[:0]
+	for range 4 {
+		got = append(got, greeting(t, p))
+	}
+	if want := []string{"a", "a", "a", "a"}; !slices.Equal(got, want) {
+		t.Fatalf("with b down: greetings %v, want %v", got, want)
+	}
+	if s := p.Stats(); s.DialFails != 2 || !slices.Equal(s.Forwarded, []uint64{6, 2}) {
+		t.Fatalf("dial fails %d, forwarded %v; want 2 (every other connection tried b first) and [6 2]", s.DialFails, s.Forwarded)
+	}
 }

@@ -49,6 +49,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	recheck := fs.String("recheck", "", "re-judge the run saved in this output folder (no processes) and exit")
 	pStale := fs.Float64("p-stale", 0, "probability that a client op is a stale retry of an old like (default 0.04; negative: none)")
 	engines := fs.Bool("engines", false, "regions on Cassandra + Kafka + Redis (the servers in $LIKES_TEST_CASSANDRA_HOSTS, $LIKES_TEST_KAFKA_BROKERS, $LIKES_TEST_REDIS_ADDR)")
+	nodes := fs.String("nodes", "", "regions served by several likesd nodes, e.g. us=2 (needs --engines); adds the "+strings.Join(chaos.NodeNemeses, ",")+" nemeses")
 	pErase := fs.Float64("p-erase", 0, "probability that a client op is an account erasure (default 0.008; negative: no erasures)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -78,10 +79,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if *kinds != "" {
 		o.Kinds = strings.Split(*kinds, ",")
 		for _, k := range o.Kinds {
-			if !contains(chaos.AllNemeses, k) {
+			if !contains(chaos.AllNemeses, k) && !contains(chaos.NodeNemeses, k) {
 				fmt.Fprintf(stderr, "likes-chaos: unknown nemesis %q\n", k)
 				return 2
 			}
+		}
+	}
+	if *nodes != "" {
+		var err error
+		if o.Nodes, err = chaos.ParseNodes(*nodes); err != nil {
+			fmt.Fprintf(stderr, "likes-chaos: --nodes: %v\n", err)
+			return 2
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

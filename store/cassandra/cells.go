@@ -83,46 +83,55 @@ func (s *Store) Applied(ctx context.Context, part uint32, keys []pipeline.EdgeKe
 	return out, nil
 }
 
+// ownCellEra lifts the write timestamps of this region's cells and dedupe
+// rows above every timestamp an earlier release wrote them with (its cell
+// batches were lightweight transactions, stamped with the Paxos ballot's
+// time in microseconds: about 2^50.6 in 2026, 2^56 is the year 4253), so a
+// window of this release always supersedes what such a batch left.
+const ownCellEra = int64(1) << 56
+
+// ownCellStamp is the write timestamp of a window through position through:
+// a later log prefix always has the higher one.
+func ownCellStamp(through uint64) int64 { return ownCellEra + int64(through) }
+
 // Commit implements pipeline.CellStore.
 //
-// A window's cells live in different Cassandra partitions (one per item), and
-// a lightweight transaction cannot span partitions, so a window is not atomic
-// here. The writes are ordered so that a crash (or a lost fence) between any
-// two of them is safe:
+// A window's cells live in different Cassandra partitions (one per item), so
+// a window is not atomic here. The writes are ordered so that a crash (or a
+// racing writer) between any two of them is safe:
 //
-//  1. Every fence is checked first with SERIAL reads; a stale window fails
-//     with ErrFenced having written nothing (the normal case of a replayed or
-//     superseded window).
-//  2. Each item's cell is written by one conditional batch on the item's
-//     partition: the cell IF hwm = Expect (IF NOT EXISTS for a new cell)
-//     together with the dedupe rows of that item's edges. Cell and dedupe
-//     state of an item are therefore always consistent with each other.
+//  1. Every fence is checked first with LOCAL_QUORUM reads; a stale window
+//     fails with ErrFenced having written nothing (the normal case of a
+//     replayed or superseded window).
+//  2. Each item's cells are written by one single-partition batch (atomic
+//     and isolated) together with the dedupe rows of that item's edges, every
+//     write stamped ownCellStamp(Through): no lightweight transaction. Cell
+//     and dedupe state of an item are therefore always consistent with each
+//     other, and of two windows that both pass step 1 (a zombie aggregator
+//     racing the live one) the later log prefix wins, whatever the order
+//     the batches land in. Why that is exact: doc.go, "Cells".
 //  3. Dedupe rows of items without a cell update, then the position and
 //     watermark, last.
 //
-// If the process dies (or a fence is lost to a zombie writer) after some items
-// of step 2, those cells carry hwm = Through while the position still says
-// the old value. The aggregator replays the window from the old position; its
-// per-cell filter skips every event with Pos <= cell.HWM and every cell with
-// Through <= HWM, so the written cells add nothing twice and the rest are
-// written now. Position and watermark move only after every cell.
+// If the process dies after some items of step 2, those cells carry
+// hwm = Through while the position still says the old value. The aggregator
+// replays the window from the old position; its per-cell filter skips every
+// event with Pos <= cell.HWM and every cell with Through <= HWM, so the
+// written cells add nothing twice and the rest are written now. Position and
+// watermark move only after every cell.
 func (s *Store) Commit(ctx context.Context, w pipeline.Window) error {
 	if s.isClosed() {
 		return ErrClosed
 	}
 	// 1. Fences, read at LOCAL_QUORUM: that sees every cell batch that
-	// completed, so a window already stale when Commit starts still fails
-	// having written nothing; one racing a batch in flight is caught by the
-	// batch's own condition (step 2).
-	exists := make([]bool, len(w.Cells))
+	// completed, so a window already stale when Commit starts fails having
+	// written nothing.
 	if err := parallel(len(w.Cells), func(i int) error {
 		u := w.Cells[i]
 		var hwm int64
 		err := s.read(ctx, s.q.cellSelect, u.Key.Item, u.Key.Region, int(u.Key.Shard)).Scan(&hwm)
 		if errors.Is(err, gocql.ErrNotFound) {
 			hwm, err = 0, nil
-		} else if err == nil {
-			exists[i] = true
 		}
 		if err != nil {
 			return err
@@ -134,7 +143,10 @@ func (s *Store) Commit(ctx context.Context, w pipeline.Window) error {
 	}); err != nil {
 		return err
 	}
-	// 2. One conditional batch per item: its cells and its edges' dedupe rows.
+	if err := s.crashPoint("cells-checked"); err != nil {
+		return err
+	}
+	// 2. One batch per item: its cells and its edges' dedupe rows.
 	type itemWrite struct {
 		cells  []int
 		dedupe []pipeline.EdgeKey
@@ -159,18 +171,27 @@ func (s *Store) Commit(ctx context.Context, w pipeline.Window) error {
 		names = append(names, item)
 	}
 	sort.Strings(names)
-	addDedupe := func(b *gocql.Batch, item string, keys []pipeline.EdgeKey) {
+	ts := ownCellStamp(w.Through)
+	batch := func(item string) *gocql.Batch {
+		b := s.newBatch(ctx, gocql.UnloggedBatch, false)
+		iw := items[item]
+		for _, i := range iw.cells {
+			u := w.Cells[i]
+			c := u.Cell
+			b.Query(s.q.cellPut, u.Key.Item, u.Key.Region, int(u.Key.Shard), int64(c.P), int64(c.N), int64(c.HWM), c.Watermark, ts)
+		}
+		keys := iw.dedupe
 		sort.Slice(keys, func(i, j int) bool { return keys[i].User < keys[j].User })
 		for _, k := range keys {
 			a := w.Dedupe[k]
-			b.Query(s.q.dedupeUpdate, int64(a.Write.Epoch), int64(a.Write.Op), int64(a.Correction.Epoch), int64(a.Correction.Op),
+			b.Query(s.q.dedupeUpdate, ts, int64(a.Write.Epoch), int64(a.Write.Op), int64(a.Correction.Epoch), int64(a.Correction.Op),
 				a.At, item, s.opts.Region, int(w.Partition), k.User)
 		}
+		return b
 	}
 	// The items' batches are independent partitions and any subset of them
 	// may be written when a crash stops the window (see the package doc), so
-	// they run in parallel: a window touching many items costs about one LWT
-	// round, not one per item.
+	// they run in parallel.
 	var withCells, dedupeOnly []string
 	for _, item := range names {
 		switch iw := items[item]; {
@@ -181,10 +202,8 @@ func (s *Store) Commit(ctx context.Context, w pipeline.Window) error {
 		}
 	}
 	if err := parallel(len(withCells), func(i int) error {
-		item := withCells[i]
-		iw := items[item]
-		if err := s.commitItem(ctx, iw.cells, w, exists, func(b *gocql.Batch) { addDedupe(b, item, iw.dedupe) }); err != nil {
-			return err
+		if err := s.execIdempotent(ctx, func() *gocql.Batch { return batch(withCells[i]) }); err != nil {
+			return fmt.Errorf("cassandra: cells of %q: %w", withCells[i], err)
 		}
 		return s.crashPoint("cell-written")
 	}); err != nil {
@@ -197,11 +216,8 @@ func (s *Store) Commit(ctx context.Context, w pipeline.Window) error {
 	}
 	// 3. Dedupe rows without a cell, then the position.
 	if err := parallel(len(dedupeOnly), func(i int) error {
-		item := dedupeOnly[i]
-		b := s.newBatch(ctx, gocql.UnloggedBatch, false)
-		addDedupe(b, item, items[item].dedupe)
-		if err := s.s.ExecuteBatch(b); err != nil {
-			return fmt.Errorf("cassandra: dedupe state of %q: %w", item, err)
+		if err := s.execIdempotent(ctx, func() *gocql.Batch { return batch(dedupeOnly[i]) }); err != nil {
+			return fmt.Errorf("cassandra: dedupe state of %q: %w", dedupeOnly[i], err)
 		}
 		return nil
 	}); err != nil {
@@ -210,68 +226,22 @@ func (s *Store) Commit(ctx context.Context, w pipeline.Window) error {
 	return s.write(ctx, s.q.positionPut, int(w.Partition), int64(w.Through), w.Watermark).Exec()
 }
 
-// commitItem writes one item's cells (indexes into w.Cells) fenced, with the
-// dedupe rows addDedupe adds, as one conditional batch; a timeout is settled
-// by a SERIAL read of the cells.
-func (s *Store) commitItem(ctx context.Context, idx []int, w pipeline.Window, exists []bool, addDedupe func(*gocql.Batch)) error {
-	var lastErr error
+// execIdempotent runs a batch that may be repeated (its writes carry their
+// own timestamps), retrying a timeout or an unavailable replica at most
+// Options.MaxAttempts times.
+func (s *Store) execIdempotent(ctx context.Context, b func() *gocql.Batch) error {
+	var err error
 	for attempt := 0; attempt < s.opts.MaxAttempts; attempt++ {
 		if attempt > 0 {
 			if err := backoff(ctx, attempt); err != nil {
 				return err
 			}
 		}
-		b := s.newBatch(ctx, gocql.LoggedBatch, true)
-		b.SerialConsistency(s.opts.Serial)
-		for _, i := range idx {
-			u := w.Cells[i]
-			c := u.Cell
-			if u.Expect == 0 && !exists[i] {
-				b.Query(s.q.cellInsert, u.Key.Item, u.Key.Region, int(u.Key.Shard), int64(c.P), int64(c.N), int64(c.HWM), c.Watermark)
-			} else {
-				b.Query(s.q.cellUpdate, int64(c.P), int64(c.N), int64(c.HWM), c.Watermark, u.Key.Item, u.Key.Region, int(u.Key.Shard), int64(u.Expect))
-			}
-		}
-		addDedupe(b)
-		applied, it, err := s.s.MapExecuteBatchCAS(b, map[string]any{})
-		if it != nil {
-			_ = it.Close()
-		}
-		if err == nil && applied {
-			return nil
-		}
-		if err == nil {
-			return fmt.Errorf("%w: a cell of %q moved since the window read it", pipeline.ErrFenced, w.Cells[idx[0]].Key.Item)
-		}
-		if !retryable(err) {
+		if err = s.s.ExecuteBatch(b()); !retryable(err) {
 			return err
 		}
-		lastErr = err
-		// Outcome unknown: did the cells take the window's values?
-		done := true
-		for _, i := range idx {
-			u := w.Cells[i]
-			var hwm int64
-			if err := s.serial(ctx, s.q.cellSelect, u.Key.Item, u.Key.Region, int(u.Key.Shard)).Scan(&hwm); err != nil {
-				done = false
-				break
-			}
-			if uint64(hwm) == u.Cell.HWM {
-				continue
-			}
-			if uint64(hwm) != u.Expect {
-				return fmt.Errorf("%w: cell %v has hwm %d, window expected %d", pipeline.ErrFenced, u.Key, hwm, u.Expect)
-			}
-			done = false
-		}
-		if done {
-			return nil
-		}
-		for _, i := range idx {
-			exists[i] = exists[i] || w.Cells[i].Expect != 0
-		}
 	}
-	return fmt.Errorf("%w: commit cells of %q: %v", ErrContention, w.Cells[idx[0]].Key.Item, lastErr)
+	return err
 }
 
 // Count implements counts.CountStore: SUM over the item's cell rows (every

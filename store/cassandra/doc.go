@@ -63,7 +63,7 @@
 //	                                     USING TIMESTAMP deleted: truncation points (schema 6)
 //
 // Cells are never counter columns: a counter increment is not idempotent (a
-// retried one applies twice) and cannot take part in an LWT.
+// retried one applies twice) and cannot carry a chosen write timestamp.
 //
 // # Write path and outbox order
 //
@@ -190,27 +190,64 @@
 // not atomic. Commit orders its writes so a crash between any two is safe:
 // first every fence is checked with LOCAL_QUORUM reads, which see every cell
 // batch that completed (a stale window fails with ErrFenced having written
-// nothing); then, per item, one conditional batch on
-// the item's partition writes the cell IF hwm = Expect (IF NOT EXISTS for a
-// new one) together with the dedupe rows of that item's edges, so a cell and
-// the dedupe state of the events it holds commit atomically (the items'
-// batches run in parallel, since any subset of them may be what a crash
-// leaves); then dedupe rows without a cell; the position and watermark last,
-// only after every batch succeeded. After a crash mid-window
-// the aggregator replays from the old position, and its per-cell filter (skip
+// nothing); then, per item, one single-partition batch (atomic and isolated)
+// writes the item's cells together with the dedupe rows of its edges, so a
+// cell and the dedupe state of the events it holds always commit together
+// (the items' batches run in parallel, since any subset of them may be what a
+// crash leaves); then dedupe rows without a cell; the position and watermark
+// last, only after every batch succeeded. After a crash mid-window the
+// aggregator replays from the old position, and its per-cell filter (skip
 // events with Pos <= cell.HWM, skip cells with Through <= HWM) adds nothing to
 // the cells already written and writes the rest. Dedupe rows being in the
-// cell's transaction answers DESIGN's open question for a log with duplicates
-// (a Kafka relay republishing): dedupe state can never lag the fence.
+// cell's batch answers DESIGN's open question for a log with duplicates (a
+// Kafka relay republishing): dedupe state can never lag the fence.
 //
-// Unlike the embedded store, "ErrFenced and nothing written" holds only for a
-// fence that is already stale when Commit starts: if a second writer (a zombie
-// aggregator) moves a cell between the pre-check and that item's batch,
-// earlier items are written when Commit returns ErrFenced; the replay rule
-// above makes that safe. Dedupe rows share the item's partition: a viral
-// item's partition grows by one small row per distinct liker (per region); at
-// tens of millions of likers, dedupe state should move to (item, shard)
-// partitions in a later migration.
+// No lightweight transaction (since this release; earlier ones conditioned
+// each batch on IF hwm = Expect): every write of a window through position T
+// is stamped USING TIMESTAMP ownCellStamp(T) = 2^56 + T, so of two writes of
+// one row the one of the longer log prefix wins, in any order of arrival.
+// That is exact because of what a window writes and when it may write:
+//
+//   - A determined state. The log partition is one immutable sequence and the
+//     fold is deterministic (pipeline: per-cell filter, per-edge dedupe), so
+//     a cell row and a dedupe row written by a window through T hold the state
+//     of that row after the log prefix through T, provided the window started
+//     from a consistent base. Two writers (the live aggregator and a zombie:
+//     a paused process, a node whose partitions moved) that both fold to T
+//     write the same values; the one that folded further writes a later
+//     state with a higher timestamp. A row a window does not write has no
+//     event in it since the row's last write, so that write's state is still
+//     current. (Watermark, the one column a window claims from the clock, not
+//     the prefix: equal timestamps keep the larger value, which is still a
+//     true claim for that prefix.)
+//   - A consistent base, or no write. A window's base is what it read of the
+//     cells and dedupe rows before folding; another writer's batch seen by
+//     one of those reads but not another would be an inconsistent base. Each
+//     batch is isolated within its item's partition, LOCAL_QUORUM reads are
+//     monotonic (blocking read repair), and the fence check runs after the
+//     base reads: if any base read saw a batch of another writer that changed
+//     one of this window's cells, the check sees that cell's new hwm and the
+//     window fails with ErrFenced having written nothing. A batch that
+//     changed only dedupe rows of edges whose events this window then skips
+//     changed no cell, so skipping them is what applying them would do.
+//   - The 2^56 era lifts every such timestamp above those the earlier
+//     release's batches were stamped with (the Paxos ballot's time in
+//     microseconds, about 2^50.6 today), so the first window of this release
+//     supersedes them. The reverse (an earlier release writing after this
+//     one) is not safe: its LWT would apply but lose to the higher timestamp.
+//     A rolling upgrade of a region restarts each node once, on this release,
+//     and never starts an earlier one again on that keyspace.
+//
+// Unlike the embedded store, a zombie whose fence check passed is not told it
+// lost (its Commit succeeds; its writes are superseded or identical), and
+// may move the partition's position back; the live aggregator's next fence
+// check (the cell's hwm moved) or a replay (the per-cell filter) absorbs both.
+// Dedupe rows share the item's partition: a viral item's partition grows by
+// one small row per distinct liker (per region); at tens of millions of
+// likers, dedupe state should move to (item, shard) partitions in a later
+// migration. Retention deletes a dedupe row with its own write time as the
+// delete's timestamp (retention.go), which under these timestamps still
+// spares a row a later window rewrote.
 //
 // Count is SUM(p) − SUM(n) over the item's cell rows (one partition, kind 0
 // only, every region). Watermarks: this region's is the min over its
@@ -386,8 +423,7 @@
 //   - Edges: the row is per (item, user), and a user's writes go to one region
 //     (pins), so contention is only a user racing themself; a per-edge lock in
 //     the process removes even that within one process.
-//   - Cells: one writer per cell (its partition's aggregator in its region), so
-//     cell LWTs are uncontended; a fence failure means a zombie writer.
+//   - Cells: no LWT (see "Cells"); a fence failure means a zombie writer.
 //   - Sequence rows: every append to a log partition transacts on its row. The
 //     appender remembers the row as its own last applied and finished append
 //     left it and conditions the next transaction on that, so an uncontended
@@ -427,13 +463,14 @@
 //     eseq. A fencing timestamp from (epoch, op) alone would let two nodes
 //     of the same epoch both decide on the same old version and both
 //     append; the pin fences other regions, not this region's nodes.
-//   - Kept: the sequence LWT (shared by a group commit) and the cell batch
-//     LWT per item and window. The outbox positions must be gap-free and in
-//     order (pipeline.Log), which needs one serialization point per log
-//     partition; and a zombie aggregator's window computed from a cell and
-//     dedupe state read at different moments must not land, which only the
-//     hwm condition stops (a write timestamp would let a higher-hwm window
-//     built on an inconsistent read win).
+//   - Kept: the sequence LWT (shared by a group commit). The outbox
+//     positions must be gap-free and in order (pipeline.Log), which needs one
+//     serialization point per log partition.
+//   - Taken: the cell batch LWT per item and window. Cell and dedupe writes
+//     are stamped with their log prefix instead ("Cells"): a window built on
+//     an inconsistent read never passes its fence check, and of two
+//     consistent ones the longer prefix wins. A window costs one Paxos round
+//     in all (the cell-change feed's append), not one per item.
 //   - Not done: seed 003's shape (edge row and an outbox row in one
 //     single-partition BATCH, Kafka offsets as positions, no sequence row
 //     when the log is Kafka). It removes the sequence LWT but changes what

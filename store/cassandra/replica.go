@@ -146,7 +146,7 @@ func (s *Store) MergeCells(ctx context.Context, from string, cells []replica.Cel
 		if c.Cell.HWM == 0 {
 			return nil // no state a writer produced
 		}
-		return s.write(ctx, s.q.peerCellPut, c.Key.Item, c.Key.Region, int(c.Key.Shard), int64(c.Cell.P), int64(c.Cell.N),
+		return s.write(ctx, s.q.cellPut, c.Key.Item, c.Key.Region, int(c.Key.Shard), int64(c.Cell.P), int64(c.Cell.N),
 			int64(c.Cell.HWM), c.Cell.Watermark, int64(c.Cell.HWM)).Exec()
 	}); err != nil {
 		return fmt.Errorf("cassandra: merge cells of %q: %w", from, err)

@@ -122,10 +122,10 @@ var Steps = []Step{
 	{3, "cells with dedupe state, consumer positions, peer watermarks", []string{
 		// cells: partitioned by item. kind 0 rows are cells (item, region,
 		// shard) with ORDINARY columns p, n, hwm, watermark (never counters:
-		// a counter increment is not idempotent and cannot take part in a
-		// lightweight transaction); kind 1 rows are the aggregator's dedupe
-		// state for (item, user), in the same partition so one conditional
-		// batch commits a cell and its edges' dedupe state together.
+		// a counter increment is not idempotent and cannot carry a chosen
+		// write timestamp); kind 1 rows are the aggregator's dedupe state for
+		// (item, user), in the same partition so one single-partition batch
+		// commits a cell and its edges' dedupe state together (doc.go, "Cells").
 		`CREATE TABLE IF NOT EXISTS %[1]s.cells (
 			item text,
 			kind tinyint,

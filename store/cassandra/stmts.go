@@ -43,9 +43,7 @@ type stmts struct {
 
 	cellsOfItem   string
 	cellSelect    string
-	cellInsert    string // IF NOT EXISTS
-	cellUpdate    string // IF hwm = ?
-	dedupeUpdate  string
+	dedupeUpdate  string // USING TIMESTAMP ownCellStamp
 	dedupeSelect  string
 	cellCount     string
 	itemsFirst    string
@@ -58,7 +56,7 @@ type stmts struct {
 	remoteCursors   string
 	remoteCursorPut string // USING TIMESTAMP pos
 	watermarkPut    string // USING TIMESTAMP watermark
-	peerCellPut     string // USING TIMESTAMP hwm
+	cellPut         string // USING TIMESTAMP hwm (a peer's cell) or ownCellStamp (this region's)
 	cellsOfRegion   string
 	userItemsAll    string
 	userItemDelete  string
@@ -128,11 +126,7 @@ func newStmts(ks string) stmts {
 
 		cellsOfItem: q(`SELECT region, shard, p, n, hwm, watermark FROM KS.cells WHERE item = ? AND kind = 0`),
 		cellSelect:  q(`SELECT hwm FROM KS.cells WHERE item = ? AND kind = 0 AND region = ? AND shard = ? AND user = ''`),
-		cellInsert: q(`INSERT INTO KS.cells (item, kind, region, shard, user, p, n, hwm, watermark)
-			VALUES (?, 0, ?, ?, '', ?, ?, ?, ?) IF NOT EXISTS`),
-		cellUpdate: q(`UPDATE KS.cells SET p = ?, n = ?, hwm = ?, watermark = ?
-			WHERE item = ? AND kind = 0 AND region = ? AND shard = ? AND user = '' IF hwm = ?`),
-		dedupeUpdate: q(`UPDATE KS.cells SET w_epoch = ?, w_op = ?, c_epoch = ?, c_op = ?, d_at = ?
+		dedupeUpdate: q(`UPDATE KS.cells USING TIMESTAMP ? SET w_epoch = ?, w_op = ?, c_epoch = ?, c_op = ?, d_at = ?
 			WHERE item = ? AND kind = 1 AND region = ? AND shard = ? AND user = ?`),
 		dedupeSelect: q(`SELECT user, w_epoch, w_op, c_epoch, c_op, d_at FROM KS.cells
 			WHERE item = ? AND kind = 1 AND region = ? AND shard = ? AND user IN ?`),
@@ -145,7 +139,7 @@ func newStmts(ks string) stmts {
 		remoteCursors:   q(`SELECT stream, pos FROM KS.remote_cursors WHERE region = ?`),
 		remoteCursorPut: q(`INSERT INTO KS.remote_cursors (region, stream, pos) VALUES (?, ?, ?) USING TIMESTAMP ?`),
 		watermarkPut:    q(`INSERT INTO KS.watermarks (region, watermark) VALUES (?, ?) USING TIMESTAMP ?`),
-		peerCellPut: q(`INSERT INTO KS.cells (item, kind, region, shard, user, p, n, hwm, watermark)
+		cellPut: q(`INSERT INTO KS.cells (item, kind, region, shard, user, p, n, hwm, watermark)
 			VALUES (?, 0, ?, ?, '', ?, ?, ?, ?) USING TIMESTAMP ?`),
 		cellsOfRegion:  q(`SELECT item, shard, p, n, hwm, watermark FROM KS.cells WHERE kind = 0 AND region = ? ALLOW FILTERING`),
 		userItemsAll:   q(`SELECT item FROM KS.user_items WHERE user = ?`),

@@ -124,9 +124,9 @@ func (s *Store) rebuildCopy() map[string]bool {
 	defer s.rb.mu.Unlock()
 	if time.Since(s.rb.loaded) > rebuildRefresh && !s.rb.refreshing && !s.isClosed() {
 		s.rb.refreshing = true
-		s.wg.Add(1)
+		// Not in s.wg: Close may be waiting on it already; the read ends
+		// with s.ctx, which Close cancels.
 		go func() {
-			defer s.wg.Done()
 			ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 			defer cancel()
 			if _, err := s.loadRebuild(ctx); err != nil && s.ctx.Err() == nil {

@@ -286,6 +286,10 @@ func (r *Region) openStore(ctx context.Context) error {
 			OnError: func(err error) { r.log.Warn("cassandra background work failed; retrying", "err", err) },
 			Logger:  r.log,
 		})
+		if errors.Is(err, cassandra.ErrOtherKeyspace) {
+			sess.Close()
+			return fmt.Errorf("%w: %w", ErrIdentity, err)
+		}
 		if err != nil {
 			sess.Close()
 			return fmt.Errorf("region: open Cassandra keyspace %s (create it with `likectl migrate --hosts %s --keyspace %s`): %w",

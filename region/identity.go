@@ -166,6 +166,63 @@ func hasPebbleData(dir string) (bool, error) {
 	return false, nil
 }
 
+// identityHolder is where a region's identity lives: the identity file of
+// its data folder (the embedded store) or the meta row of its keyspace
+// (Cassandra: the keyspace is the region's data, and a lost one is replaced
+// by a freshly migrated, empty one).
+type identityHolder interface {
+	// where names the holder in messages ("/data/us", "keyspace likes_us").
+	where() string
+	// read is the recorded identity (ok false: none yet).
+	read(ctx context.Context) (Identity, bool, error)
+	// write records id over the identity with data set prev ("" : none).
+	write(ctx context.Context, id Identity, prev string) error
+	// legacy reports whether the holder has data but no identity (made
+	// before identities existed).
+	legacy(ctx context.Context) (bool, error)
+}
+
+// folderIdentity is a Pebble data folder's identity file.
+type folderIdentity string
+
+func (f folderIdentity) where() string { return string(f) }
+
+func (f folderIdentity) read(context.Context) (Identity, bool, error) { return ReadIdentity(string(f)) }
+
+func (f folderIdentity) write(_ context.Context, id Identity, _ string) error {
+	return WriteIdentity(string(f), id)
+}
+
+func (f folderIdentity) legacy(context.Context) (bool, error) { return hasPebbleData(string(f)) }
+
+// keyspaceIdentity is a Cassandra keyspace's identity (its meta row, written
+// by a lightweight transaction: of several processes of a region creating
+// one at once, one wins and the others read it).
+type keyspaceIdentity struct{ st *cassandra.Store }
+
+func (k keyspaceIdentity) where() string { return "keyspace " + k.st.Keyspace() }
+
+func (k keyspaceIdentity) read(ctx context.Context) (Identity, bool, error) {
+	ki, err := k.st.Identity(ctx)
+	if err != nil || ki.DataSet == "" {
+		return Identity{}, false, err
+	}
+	id := Identity{Format: 1, Cluster: ki.Cluster, Region: ki.Region, DataSet: ki.DataSet, CreatedMs: ki.CreatedMs}
+	if err := id.validate(); err != nil {
+		return Identity{}, false, fmt.Errorf("%w: %s: %v", ErrIdentity, k.where(), err)
+	}
+	return id, true, nil
+}
+
+func (k keyspaceIdentity) write(ctx context.Context, id Identity, prev string) error {
+	if err := id.validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrIdentity, err)
+	}
+	return k.st.SetIdentity(ctx, id.Cluster, id.DataSet, prev)
+}
+
+func (k keyspaceIdentity) legacy(ctx context.Context) (bool, error) { return k.st.HoldsData(ctx) }
+
 // dataSets is what the identity check needs of etcd (etcdepoch.Directory).
 type dataSets interface {
 	ClusterID(ctx context.Context) (string, error)
@@ -188,7 +245,14 @@ type IdentityDecision struct {
 // when etcd records nothing else for the region. ds nil: a standalone region
 // (no cluster id, nothing registered).
 func checkIdentity(ctx context.Context, dir, region string, ds dataSets, bootstrap bool, now time.Time) (IdentityDecision, error) {
+	return checkIdentityOf(ctx, folderIdentity(dir), region, ds, bootstrap, now)
+}
+
+// checkIdentityOf is checkIdentity of any identity holder (a folder, a
+// keyspace).
+func checkIdentityOf(ctx context.Context, h identityHolder, region string, ds dataSets, bootstrap bool, now time.Time) (IdentityDecision, error) {
 	var dec IdentityDecision
+	dir := h.where()
 	cluster := ""
 	if ds != nil {
 		var err error
@@ -196,7 +260,7 @@ func checkIdentity(ctx context.Context, dir, region string, ds dataSets, bootstr
 			return dec, err
 		}
 	}
-	id, ok, err := ReadIdentity(dir)
+	id, ok, err := h.read(ctx)
 	if err != nil {
 		return dec, err
 	}
@@ -222,7 +286,7 @@ func checkIdentity(ctx context.Context, dir, region string, ds dataSets, bootstr
 		}
 		if id.Cluster == "" && cluster != "" {
 			id.Cluster = cluster // a standalone folder joins its first cluster
-			if err := WriteIdentity(dir, id); err != nil {
+			if err := h.write(ctx, id, id.DataSet); err != nil {
 				return dec, err
 			}
 		}
@@ -234,7 +298,7 @@ func checkIdentity(ctx context.Context, dir, region string, ds dataSets, bootstr
 		dec.Identity = id
 		return dec, nil
 	}
-	legacy, err := hasPebbleData(dir)
+	legacy, err := h.legacy(ctx)
 	if err != nil {
 		return dec, fmt.Errorf("%w: %v", ErrIdentity, err)
 	}
@@ -251,7 +315,7 @@ func checkIdentity(ctx context.Context, dir, region string, ds dataSets, bootstr
 		replace, dec.Bootstrap = reg.ID, true
 	}
 	id = Identity{Format: 1, Cluster: cluster, Region: region, DataSet: etcdepoch.NewID(), CreatedMs: now.UnixMilli()}
-	if err := WriteIdentity(dir, id); err != nil {
+	if err := h.write(ctx, id, ""); err != nil {
 		return dec, err
 	}
 	if ds != nil {
@@ -270,45 +334,99 @@ func (r *Region) checkDataFolder(ctx context.Context) error {
 	if cfg.Engines.Store != StorePebble {
 		return nil
 	}
-	var ds dataSets
-	if cfg.Cluster != nil && cfg.Cluster.Etcd != nil {
-		dir, err := etcdepoch.NewDirectory(cfg.Cluster.Etcd, cfg.Cluster.Epoch)
-		if err != nil {
-			return err
-		}
-		ds = dir
-		// A retired or never-added region is refused before its folder is
-		// registered as a data set of the cluster.
-		if _, err := checkRegistry(ctx, dir, cfg.Name); err != nil {
-			return err
-		}
-		if r.regStates, err = dir.RegistryStates(ctx); err != nil {
-			return err
-		}
+	ds, err := r.clusterDataSets(ctx)
+	if err != nil {
+		return err
 	}
 	dec, err := checkIdentity(ctx, filepath.Join(cfg.DataDir, cfg.Name), cfg.Name, ds, cfg.Lifecycle.BootstrapFromPeers, cfg.Clock.Now())
 	if err != nil {
 		return err
 	}
+	r.adoptIdentity(dec)
+	return nil
+}
+
+// checkKeyspace runs the identity check for a region on Cassandra, once its
+// store is open (Open refused a keyspace of another region already) and
+// before anything writes through it: a keyspace of another cluster, or a
+// stale one (its region was rebuilt elsewhere since), is refused, and an
+// empty one (freshly migrated) for a region that has a data set in the
+// cluster is refused unless --bootstrap-from-peers, which rebuilds it.
+func (r *Region) checkKeyspace(ctx context.Context) error {
+	if r.Cassandra == nil {
+		return nil
+	}
+	ds, err := r.clusterDataSets(ctx)
+	if err != nil {
+		return err
+	}
+	var dec IdentityDecision
+	for attempt := 0; ; attempt++ {
+		dec, err = checkIdentityOf(ctx, keyspaceIdentity{r.Cassandra}, r.cfg.Name, ds, r.cfg.Lifecycle.BootstrapFromPeers, r.cfg.Clock.Now())
+		// Another process of the region recorded an identity meanwhile:
+		// check against that one.
+		if !errors.Is(err, cassandra.ErrIdentityChanged) || attempt == 2 {
+			break
+		}
+	}
+	if err != nil {
+		return err
+	}
+	r.adoptIdentity(dec)
+	return nil
+}
+
+// clusterDataSets is the etcd directory the identity check registers data
+// sets in (nil: a standalone region), after refusing a retired or
+// never-added region before anything of it is registered.
+func (r *Region) clusterDataSets(ctx context.Context) (dataSets, error) {
+	cfg := r.cfg
+	if cfg.Cluster == nil || cfg.Cluster.Etcd == nil {
+		return nil, nil
+	}
+	dir, err := etcdepoch.NewDirectory(cfg.Cluster.Etcd, cfg.Cluster.Epoch)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := checkRegistry(ctx, dir, cfg.Name); err != nil {
+		return nil, err
+	}
+	if r.regStates, err = dir.RegistryStates(ctx); err != nil {
+		return nil, err
+	}
+	return dir, nil
+}
+
+func (r *Region) adoptIdentity(dec IdentityDecision) {
 	if dec.Bootstrap {
-		r.log.Warn("bootstrapping an empty data folder: the region's earlier data set is replaced; it rebuilds from its peers",
+		r.log.Warn("bootstrapping an empty data folder or keyspace: the region's earlier data set is replaced; it rebuilds from its peers",
 			"dataSet", dec.Identity.DataSet)
 	}
 	r.identity = dec
-	return nil
 }
 
 // startRebuild marks a bootstrapped store as rebuilding from every peer (the
 // region refuses writes until each peer's rebuild snapshot has arrived; see
-// pebblestore's rebuild.go).
-func (r *Region) startRebuild() error {
-	if r.Store == nil {
+// pebblestore's and cassandra's rebuild.go).
+func (r *Region) startRebuild(ctx context.Context) error {
+	var (
+		rebuilding func() []string
+		mark       func([]string) error
+		refusal    error
+	)
+	switch {
+	case r.Store != nil:
+		rebuilding, mark, refusal = r.Store.Rebuilding, r.Store.MarkRebuild, pebblestore.ErrRebuilding
+	case r.Cassandra != nil:
+		st := r.Cassandra
+		rebuilding, refusal = st.Rebuilding, cassandra.ErrRebuilding
+		mark = func(peers []string) error { return st.MarkRebuild(ctx, peers) }
+	default:
 		return nil
 	}
-	st := r.Store
 	r.AddReadyCheck("rebuilding", func(context.Context) error {
-		if p := st.Rebuilding(); len(p) > 0 {
-			return fmt.Errorf("%w: rebuilding from %s (writes refused until their snapshots arrive)", pebblestore.ErrRebuilding, strings.Join(p, ","))
+		if p := rebuilding(); len(p) > 0 {
+			return fmt.Errorf("%w: rebuilding from %s (writes refused until their snapshots arrive)", refusal, strings.Join(p, ","))
 		}
 		return nil
 	})
@@ -317,6 +435,12 @@ func (r *Region) startRebuild() error {
 	joining := r.identity.Created && r.regStates[r.cfg.Name] == epoch.StateJoining
 	if (!r.identity.Bootstrap && !joining) || r.cfg.Cluster == nil {
 		return nil
+	}
+	if r.cfg.Engines.Log != LogStore {
+		// The rebuild raises the aggregators' positions past the peers'
+		// cursors of the store's log; positions in a Kafka topic are
+		// offsets of another sequence, which a raise would corrupt.
+		return fmt.Errorf("%w: a region rebuilt from its peers needs its aggregators on the store's own log (--log store), not %q", ErrIdentity, r.cfg.Engines.Log)
 	}
 	var peers []string
 	for _, p := range r.cfg.Cluster.Regions {
@@ -327,7 +451,7 @@ func (r *Region) startRebuild() error {
 			peers = append(peers, p)
 		}
 	}
-	if err := r.Store.MarkRebuild(peers); err != nil {
+	if err := mark(peers); err != nil {
 		return fmt.Errorf("%w: %v", ErrIdentity, err)
 	}
 	r.log.Warn("rebuilding from peers: writes are refused until every peer has sent its rebuild snapshot", "peers", peers)

@@ -40,7 +40,11 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 	if err := r.openStore(ctx); err != nil {
 		return nil, err // openStore closes what it opened
 	}
-	if err := r.startRebuild(); err != nil {
+	if err := r.checkKeyspace(ctx); err != nil {
+		_ = r.Close()
+		return nil, err
+	}
+	if err := r.startRebuild(ctx); err != nil {
 		_ = r.Close()
 		return nil, err
 	}

@@ -31,6 +31,9 @@ func (s *Store) Apply(ctx context.Context, req edge.Request) (edge.Decision, err
 	if s.isClosed() {
 		return edge.Decision{}, ErrClosed
 	}
+	if s.rebuilding("") {
+		return edge.Decision{}, ErrRebuilding
+	}
 	probe, err := s.admit()
 	if err != nil {
 		return edge.Decision{}, err

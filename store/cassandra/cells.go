@@ -12,14 +12,29 @@ import (
 	"github.com/likes-dev/likes/pipeline"
 )
 
-// Position implements pipeline.CellStore.
+// Position implements pipeline.CellStore: the committed position, or the
+// partition's truncation point when that is higher. Retention never raises
+// the truncation point above the position, a rebuild does (rebuild.go: the
+// positions below it were passed by the peers), and an aggregator must then
+// start there: reading from below would fail with ErrTruncated for ever.
+// Taking the max here keeps that true even if a rebuild's raise of the
+// position row lost to an older write.
 func (s *Store) Position(ctx context.Context, part uint32) (uint64, int64, error) {
 	var pos, wm int64
-	err := s.read(ctx, s.q.positionGet, int(part)).Scan(&pos, &wm)
-	if errors.Is(err, gocql.ErrNotFound) {
-		return 0, 0, nil
-	}
-	return uint64(pos), wm, err
+	var fl uint64
+	err := parallel(2, func(i int) error {
+		if i == 1 {
+			var err error
+			fl, err = s.logFloor(ctx, part)
+			return err
+		}
+		err := s.read(ctx, s.q.positionGet, int(part)).Scan(&pos, &wm)
+		if errors.Is(err, gocql.ErrNotFound) {
+			pos, wm, err = 0, 0, nil
+		}
+		return err
+	})
+	return max(uint64(pos), fl), wm, err
 }
 
 // Cells implements pipeline.CellStore: one read of each item's cell rows.

@@ -3,7 +3,8 @@
 // the committed log (an outbox), cells with the aggregators' dedupe state, and
 // consumer positions. It implements edge.Store, edge.JobStore, pipeline.Log,
 // pipeline.CellStore, counts.CountStore, replica.Source, replica.Sink,
-// replica.SnapshotSource, replica.RebuildSource and replica.SnapshotSink with
+// replica.SnapshotSource, replica.RebuildSource, replica.SnapshotSink and
+// replica.RebuildSink with
 // the semantics of the embedded store (store/pebblestore), and passes the same
 // contract suites (edge/edgetest, including its replica contract, and
 // pipeline/pipelinetest). Migrate creates and upgrades the
@@ -58,9 +59,11 @@
 //	watermarks   ((region))              peers' watermarks (replication), USING TIMESTAMP watermark
 //	remote_cursors ((region), stream)    pos: how far a peer's log partition (stream >= 0) or
 //	                                     cell feed (stream -1) is applied, USING TIMESTAMP pos (schema 5)
-//	meta         ((name))                region, partition count, creation time (fixed)
+//	meta         ((name))                region, partition count, creation time (fixed);
+//	                                     cluster, data_set: the keyspace's identity (schema 7)
 //	log_floors   ((partition))           through, last_time USING TIMESTAMP through; deleted
 //	                                     USING TIMESTAMP deleted: truncation points (schema 6)
+//	rebuilds     ((peer))                marked_ms: a rebuild from that peer is pending (schema 7)
 //
 // Cells are never counter columns: a counter increment is not idempotent (a
 // retried one applies twice) and cannot carry a chosen write timestamp.
@@ -408,9 +411,72 @@
 // through the replicated-event path (edges as SnapEdgeEvent, marks as
 // SnapErasureEvent, one user's in order), records if absent and unexpired
 // (USING TTL), cells as MergeCells; the mark raises each cursor (USING
-// TIMESTAMP pos: never down). A rebuild's YourCells and YourLog are
-// refused: a Cassandra region is not rebuilt from peers (no
-// replica.RebuildSink); its data lives in Cassandra's own replicas.
+// TIMESTAMP pos: never down).
+//
+// Rebuild (rebuild.go, --bootstrap-from-peers). A region whose keyspace was
+// lost starts on a freshly migrated one. The keyspace carries the region's
+// identity (meta: cluster id and the data set registered in etcd, written
+// once by an LWT; region's identity.go), so an empty keyspace for a region
+// that has a data set is refused without the flag. With it the region marks
+// a rebuild per peer (MarkRebuild: one row each in rebuilds) before it
+// serves. While any row is pending Apply refuses with ErrRebuilding (wraps
+// edge.ErrStorageUnavailable); WantsRebuild(peer) is true, so the
+// replication server refuses that peer's pushes and the peer sends a
+// rebuild snapshot: its state, this region's cells as it holds them
+// (YourCells, adopted by max HWM with an LWT on the HWM read: own cells are
+// written only by LWTs) and its cursors for this region's log and cell feed
+// (YourLog, YourCells). Every process reads the rows at Open and keeps a
+// copy at most a second old; WantsRebuild and the finish read them again.
+// FinishSnapshot of a rebuild mark, for each log partition p, raises the
+// sequence head to T_p = max(YourLog[p], the highest HWM of this region's
+// cells of shard p), then the truncation point to T_p, then the
+// aggregator's position; the feed's head and floor rise to YourCells; then
+// the peer's row goes.
+//
+// Why no log position a peer has passed is reused. Peer P skips every event
+// of ours at or below its cursor c_P[p]. Until P's rebuild finishes no
+// client event is appended (Apply is refused in every process: the rows are
+// written before the region serves, and a process opened later reads them
+// at Open). Positions are issued only by the sequence row's LWT, conditioned
+// on the head it read. The raise reads the head (SERIAL), checks that the
+// aggregator has folded through it (events the rebuild itself appends, a
+// branch correction of a snapshot's edge, must be counted first: else it
+// answers ErrRebuilding and the peer retries the snapshot), and moves the
+// head to T_p by an LWT conditioned on that head: an append in between
+// fails it and the check repeats; an appender that remembers the old head
+// loses its condition and reads the new one. So every position issued
+// afterwards is above T_p >= c_P[p], and P applies it. The feed rises past
+// P's cell cursor the same way, so P skips no new cell change. A peer whose
+// cursor is lower (it had applied less of the lost log) reads positions
+// that have no rows below the raised floor: ErrTruncated, and it catches up
+// from a snapshot, never by skipping.
+//
+// Why no cell fence hides a new event. The aggregator skips an event whose
+// position is at or below its cell's HWM. The adopted cells carry HWMs of
+// the lost log, possibly above any peer's cursor; T_p is at least every own
+// cell's HWM in shard p when the mark arrives (the cells are scanned then,
+// after the snapshot's YourCells chunks were applied), so every new event
+// is above every fence. A later adoption (another peer's YourCells) happens
+// only while that peer's rebuild is pending, and its finish raises past it
+// again before writes resume.
+//
+// Order and crashes. The floor is written after the head's LWT: Position
+// answers max(committed position, floor), and a floor raised first could
+// let an aggregator that reloads its position jump over an event still to
+// be appended below T_p; once the head moved, none can be. A reader between
+// the two finds positions missing above the old head and fails until the
+// floor is written; a crash in between is settled by the mark sent again
+// (settleRaise: the head is past T_p and position T_p has no row, which
+// only a raise leaves). The rows at or below the old head are folded, below
+// the floor, and deleted with the floor's deleted mark set to T_p (so
+// retention does not walk every chunk up to it). Every step only raises, so
+// a mark applied again changes nothing. Finishes are serialized within a
+// process; across processes the position row might go back, which Position's
+// max with the floor makes harmless. Not covered: aggregators reading Kafka
+// (their positions are offsets of the topic, not of this log: region refuses
+// a rebuild unless --log store); several processes of a region bootstrapping
+// one empty keyspace at the same moment (one identity wins the LWT; a loser
+// may be refused as stale and is simply started again).
 //
 // # LWT contention limits
 //

@@ -200,6 +200,22 @@ var Steps = []Step{
 		// event it applied (pipeline.Applied.At), what pruning reads.
 		`ALTER TABLE %[1]s.cells ADD IF NOT EXISTS d_at bigint`,
 	}},
+	{7, "rebuild from peers: pending rebuilds, the keyspace's identity", []string{
+		// rebuilds: one row per peer a rebuild (--bootstrap-from-peers)
+		// still waits for: until that peer's rebuild snapshot has finished,
+		// its pushes and every client write are refused (rebuild.go).
+		// Written by MarkRebuild, deleted when the peer's snapshot
+		// finished; plain writes, so several processes of the region agree
+		// by reading it.
+		`CREATE TABLE IF NOT EXISTS %[1]s.rebuilds (
+			peer text PRIMARY KEY,
+			marked_ms bigint)`,
+		// meta.cluster, meta.data_set: the keyspace's identity (the region's
+		// data folder identity on Pebble): the cluster id and the data set
+		// registered for the region in etcd, written once by a lightweight
+		// transaction on the "store" row (which Open's transaction created).
+		`ALTER TABLE %[1]s.meta ADD IF NOT EXISTS (cluster text, data_set text)`,
+	}},
 }
 
 // SchemaVersion is the version Migrate brings a keyspace to.

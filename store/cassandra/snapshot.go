@@ -187,17 +187,14 @@ func (r *snapReader) readPage(ctx context.Context, c *replica.SnapshotChunk, n i
 // user's entries in order, users in parallel), records are written (USING
 // TTL) if absent and unexpired, cells merge as a peer's cells do. Every step
 // is idempotent, so a chunk applied twice changes nothing more. A rebuild's
-// cells of this region (YourCells) are refused: this store does not rebuild
-// from peers (replica.RebuildSink).
+// cells of this region (YourCells) are adopted by max HWM while a rebuild
+// from the sender is pending, and ignored otherwise (rebuild.go).
 func (s *Store) ApplySnapshot(ctx context.Context, from string, c replica.SnapshotChunk) error {
 	if s.isClosed() {
 		return ErrClosed
 	}
 	if from == s.opts.Region {
 		return fmt.Errorf("%w: region %q's own snapshot", ErrRemote, from)
-	}
-	if len(c.YourCells) > 0 {
-		return fmt.Errorf("%w: a rebuild snapshot from %q (the Cassandra store does not rebuild from peers)", ErrRemote, from)
 	}
 	byUser := map[string][]edge.Event{}
 	var users []string
@@ -234,6 +231,11 @@ func (s *Store) ApplySnapshot(ctx context.Context, from string, c replica.Snapsh
 	if err := s.applyByUser(ctx, from, users, byUser); err != nil {
 		return err
 	}
+	if len(c.YourCells) > 0 {
+		if err := s.adoptOwnCells(ctx, from, c.YourCells); err != nil {
+			return err
+		}
+	}
 	if len(c.Cells) == 0 {
 		return nil
 	}
@@ -260,6 +262,9 @@ func (s *Store) applyByUser(ctx context.Context, from string, users []string, by
 
 // FinishSnapshot implements replica.SnapshotSink: the cursors for `from`
 // rise to the mark (plain writes USING TIMESTAMP the position: never down).
+// A rebuild's mark (YourLog) first ends the rebuild from `from`, if one is
+// pending: this region's log and feed rise past the peer's cursors for them
+// (finishRebuild).
 func (s *Store) FinishSnapshot(ctx context.Context, from string, m replica.SnapshotMark) error {
 	if s.isClosed() {
 		return ErrClosed
@@ -271,7 +276,9 @@ func (s *Store) FinishSnapshot(ctx context.Context, from string, m replica.Snaps
 		return fmt.Errorf("%w: snapshot mark has %d partitions, want %d", ErrRemote, len(m.Log), s.opts.Partitions)
 	}
 	if m.YourLog != nil {
-		return fmt.Errorf("%w: a rebuild snapshot mark from %q (the Cassandra store does not rebuild from peers)", ErrRemote, from)
+		if err := s.finishRebuild(ctx, from, m.YourLog, m.YourCells); err != nil {
+			return err
+		}
 	}
 	if err := parallel(len(m.Log), func(p int) error { return s.putCursor(ctx, from, p, m.Log[p]) }); err != nil {
 		return err

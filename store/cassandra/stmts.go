@@ -71,6 +71,16 @@ type stmts struct {
 	dedupeStamp    string // USING TIMESTAMP the row's write time
 	edgesAll       string
 	idemAll        string
+
+	cellGet       string
+	rebuildsAll   string
+	rebuildPut    string
+	rebuildDrop   string
+	identityGet   string
+	identityPut   string // IF data_set = the data set read before (null: none)
+	anyOwnAppend  string
+	anyEdge       string
+	anyPeerCursor string
 }
 
 func newStmts(ks string) stmts {
@@ -158,5 +168,15 @@ func newStmts(ks string) stmts {
 			WHERE item = ? AND kind = 1 AND region = ? AND shard = ? AND user = ?`),
 		edgesAll: q(`SELECT item, user, state, epoch, op, updated_at FROM KS.edges`),
 		idemAll:  q(`SELECT user, key, fingerprint, liked, changed, expires_at FROM KS.idem`),
+
+		cellGet:       q(`SELECT p, n, hwm, watermark FROM KS.cells WHERE item = ? AND kind = 0 AND region = ? AND shard = ? AND user = ''`),
+		rebuildsAll:   q(`SELECT peer FROM KS.rebuilds`),
+		rebuildPut:    q(`INSERT INTO KS.rebuilds (peer, marked_ms) VALUES (?, ?)`),
+		rebuildDrop:   q(`DELETE FROM KS.rebuilds WHERE peer = ?`),
+		identityGet:   q(`SELECT region, created_ms, cluster, data_set FROM KS.meta WHERE name = 'store'`),
+		identityPut:   q(`UPDATE KS.meta SET cluster = ?, data_set = ? WHERE name = 'store' IF data_set = ?`),
+		anyOwnAppend:  q(`SELECT partition FROM KS.outbox_seq LIMIT 1`),
+		anyEdge:       q(`SELECT item FROM KS.edges LIMIT 1`),
+		anyPeerCursor: q(`SELECT region FROM KS.remote_cursors LIMIT 1`),
 	}
 }

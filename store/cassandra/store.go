@@ -35,6 +35,10 @@ var ErrBadCursor = fmt.Errorf("cassandra: %w", edge.ErrBadCursor)
 // relay machinery finishes (see doc.go); the caller may retry.
 var ErrContention = errors.New("cassandra: gave up after repeated contention or timeouts")
 
+// ErrOtherKeyspace is returned by Open for a keyspace created for another
+// region or partition count.
+var ErrOtherKeyspace = errors.New("cassandra: the keyspace belongs to another region")
+
 // Options configures a Store.
 type Options struct {
 	// Session is a session from Connect (or any session whose default
@@ -107,6 +111,8 @@ type Store struct {
 	health breaker
 
 	paxosOps, plainOps atomic.Uint64 // requests issued (Ops)
+
+	rb rebuildState // pending rebuilds from peers (rebuild.go)
 
 	retMu        sync.Mutex // retention's dedupe scan (retention.go)
 	dedupeResume []byte     // its next page (nil: from the start)
@@ -197,6 +203,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if _, err := s.loadRebuild(ctx); err != nil {
+		s.cancel()
+		return nil, err
+	}
 	if opts.SweepEvery > 0 {
 		// A process of this region that died between an edge transaction and
 		// its relay left the event pending: relay it now rather than a
@@ -222,8 +232,8 @@ func (s *Store) checkMeta(ctx context.Context) error {
 	region, _ := m["region"].(string)
 	parts, _ := m["partitions"].(int)
 	if region != s.opts.Region || parts != s.opts.Partitions {
-		return fmt.Errorf("cassandra: keyspace %s was created for region %q with %d partitions, not region %q with %d",
-			s.opts.Keyspace, region, parts, s.opts.Region, s.opts.Partitions)
+		return fmt.Errorf("%w: keyspace %s was created for region %q with %d partitions, not region %q with %d",
+			ErrOtherKeyspace, s.opts.Keyspace, region, parts, s.opts.Region, s.opts.Partitions)
 	}
 	return nil
 }

@@ -1,0 +1,184 @@
+package region_test
+
+// A region on Cassandra rebuilt from its peers (issue 14): its keyspace is
+// lost and replaced by a freshly migrated one; the keyspace carries the
+// region's identity, so the start is refused until --bootstrap-from-peers,
+// which rebuilds it from every peer's rebuild snapshot.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/likes-dev/likes/epoch/etcdepoch"
+	"github.com/likes-dev/likes/region"
+)
+
+// rbLoad runs writers goroutines, each writing n likes and unlikes of its
+// own users (so the model is exact) through nodes in turn, every write
+// retried with its key until acknowledged; keys and users are prefixed, so
+// loads never share a key.
+func rbLoad(c *triCluster, m *lcModel, prefix string, items []string, writers, n int, nodes []*triNode) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Go(func() {
+			for i := range n {
+				node := nodes[(w+i)%len(nodes)]
+				user := fmt.Sprintf("%s-w%d-u%d", prefix, w, i%5)
+				item := items[(w+i)%len(items)]
+				like := (i/2)%2 == 0
+				if _, err := c.setRetry(node, user, item, fmt.Sprintf("%s-%d-%d", prefix, w, i), like, 30*time.Second); err != nil {
+					errs <- err
+					return
+				}
+				m.mu.Lock()
+				m.liked[[2]string{item, user}] = like
+				m.mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// TestEnginesCassandraRebuild: three regions on Cassandra + Redis (the
+// aggregators on the store's own log) take writes; eu is killed and its
+// keyspace replaced by a freshly migrated one while us and ap take more. The
+// restart is refused on the empty keyspace, and on us's keyspace; with
+// --bootstrap-from-peers eu rebuilds from both peers. Then a range moves to
+// eu (planned) and eu writes its users: its new events take positions its
+// peers have not passed, so every region's counts equal the model of
+// acknowledged writes and reconcile finds every cell equal to its LIKED
+// edges.
+func TestEnginesCassandraRebuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded etcd and three regions on the engines")
+	}
+	engines := map[string]region.Engines{}
+	for _, name := range triNames {
+		e := region.EnginesForTest(t, name)
+		e.Log, e.Kafka = region.LogStore, region.KafkaEngine{}
+		engines[name] = e
+	}
+	c := startTriWith(t, triOpts{region: func(name string, cfg *region.Config) { cfg.Engines = engines[name] }})
+	items := []string{"rb-a", "rb-b", "rb-c"}
+	m := &lcModel{liked: map[[2]string]bool{}}
+	start := time.Now()
+	if err := rbLoad(c, m, "rb1", items, 4, 24, c.nodes); err != nil {
+		t.Fatalf("a write was not acknowledged: %v", err)
+	}
+	c.waitCounts(t, m.counts(items), 60*time.Second)
+	t.Logf("loaded and converged in %v", time.Since(start).Round(time.Millisecond))
+
+	// eu dies with its keyspace; a new, empty one is migrated for it.
+	eu := c.byName["eu"]
+	eu.down = true
+	eu.srv.Close()
+	if err := eu.r.KillForTest(); err != nil {
+		t.Logf("kill eu: %v", err)
+	}
+	_, fresh := mixedKeyspace(t)
+	cfg := eu.cfg
+	cfg.Engines.Cassandra.Keyspace = fresh
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	refused := func(cfg region.Config, why string) {
+		t.Helper()
+		r, err := region.Open(ctx, cfg)
+		if err == nil {
+			_ = r.Close()
+			t.Fatalf("eu opened on %s", why)
+		}
+		if !errors.Is(err, region.ErrIdentity) {
+			t.Fatalf("eu on %s: %v, want region.ErrIdentity", why, err)
+		}
+		t.Logf("eu on %s refused: %v", why, err)
+	}
+	refused(cfg, "an empty keyspace without --bootstrap-from-peers")
+	other := cfg
+	other.Engines.Cassandra.Keyspace = engines["us"].Cassandra.Keyspace
+	other.Lifecycle.BootstrapFromPeers = true
+	refused(other, "us's keyspace")
+
+	// The others go on: eu's ranges fail over to them.
+	survivors := []*triNode{c.byName["us"], c.byName["ap"]}
+	if err := rbLoad(c, m, "rb2", items, 4, 12, survivors); err != nil {
+		t.Fatalf("a write was not acknowledged while eu was down: %v", err)
+	}
+
+	start = time.Now()
+	cfg.Lifecycle.BootstrapFromPeers = true
+	eu.cfg = cfg
+	eu.start(t, nil)
+	if eu.r.Cassandra == nil || eu.r.Cassandra.Keyspace() != fresh {
+		t.Fatalf("eu is not on the fresh keyspace")
+	}
+	c.poll(t, 90*time.Second, "eu to rebuild from both peers", func() (bool, string) {
+		p := eu.r.Cassandra.Rebuilding()
+		return len(p) == 0, strings.Join(p, ",")
+	})
+	t.Logf("eu rebuilt in %v", time.Since(start).Round(time.Millisecond))
+	eu.cfg.Lifecycle.BootstrapFromPeers = false
+	c.waitCounts(t, m.counts(items), 90*time.Second)
+
+	// One range comes to eu by a planned move; eu writes its users itself.
+	var moved uint32
+	found := false
+	for _, p := range c.mustPins(t) {
+		if p.Region != "eu" {
+			if _, err := c.dir.Move(ctx, p.Range, p.Epoch, "eu", c.ecfg.NotBefore(time.Now()), etcdepoch.Planned()); err != nil {
+				t.Fatal(err)
+			}
+			moved, found = p.Range, true
+			break
+		}
+	}
+	if !found {
+		t.Fatal("every range is on eu already")
+	}
+	c.poll(t, 60*time.Second, "eu to own the moved range, settled", func() (bool, string) {
+		p := c.mustPins(t)[moved]
+		return p.Region == "eu" && !p.CatchUp, fmt.Sprintf("%+v", p)
+	})
+	var own []string
+	for _, u := range triUsers(3) {
+		if triOwner(c.mustPins(t), u).Region == "eu" {
+			own = append(own, u)
+		}
+	}
+	for i, u := range own {
+		item := items[i%len(items)]
+		if _, err := c.setRetry(eu, u, item, fmt.Sprintf("rb3-%d", i), true, 30*time.Second); err != nil {
+			t.Fatalf("a write through eu after the rebuild: %v", err)
+		}
+		m.mu.Lock()
+		m.liked[[2]string{item, u}] = true
+		m.mu.Unlock()
+	}
+	if err := rbLoad(c, m, "rb4", items, 3, 9, c.nodes); err != nil {
+		t.Fatalf("a write was not acknowledged after the rebuild: %v", err)
+	}
+	c.waitCounts(t, m.counts(items), 90*time.Second)
+	c.reconcileClean(t, "every region's reconcile to find its cells equal to its LIKED edges")
+	// The rebuild raised eu's log past its peers' cursors for it.
+	raised := false
+	for p := uint32(0); p < uint32(eu.cfg.Partitions); p++ {
+		fl, err := eu.r.Cassandra.LogFloor(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raised = raised || fl > 0
+	}
+	if !raised {
+		t.Fatal("no log partition of eu was raised past its peers' cursors")
+	}
+	if len(own) == 0 {
+		t.Fatal("no user of the moved range written through eu")
+	}
+}

@@ -423,8 +423,9 @@
 // edge.ErrStorageUnavailable); WantsRebuild(peer) is true, so the
 // replication server refuses that peer's pushes and the peer sends a
 // rebuild snapshot: its state, this region's cells as it holds them
-// (YourCells, adopted by max HWM with an LWT on the HWM read: own cells are
-// written only by LWTs) and its cursors for this region's log and cell feed
+// (YourCells, adopted by max HWM: written as a window through that HWM
+// writes them, USING TIMESTAMP ownCellStamp(HWM)) and its cursors for this
+// region's log and cell feed
 // (YourLog, YourCells). Every process reads the rows at Open and keeps a
 // copy at most a second old; WantsRebuild and the finish read them again.
 // FinishSnapshot of a rebuild mark, for each log partition p, raises the

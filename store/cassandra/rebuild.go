@@ -10,7 +10,6 @@ import (
 
 	"github.com/gocql/gocql"
 
-	"github.com/likes-dev/likes/crdt"
 	"github.com/likes-dev/likes/edge"
 	"github.com/likes-dev/likes/replica"
 )
@@ -172,10 +171,10 @@ func (s *Store) WantsRebuild(ctx context.Context, from string) (bool, error) {
 
 // adoptOwnCells merges a peer's copies of this region's cells into them, by
 // max HWM, during that peer's rebuild only (outside one a peer never writes
-// this region's cells). This region's cells are written by lightweight
-// transactions (their aggregator's fence), so the merge is one too,
-// conditioned on the HWM it read: an aggregator's window landing meanwhile
-// makes it read and merge again.
+// this region's cells). A cell through HWM h is the state of this region's
+// log prefix through h, so it is written as a window through h writes it
+// (USING TIMESTAMP ownCellStamp(h), cells.go): the higher HWM wins against
+// another peer's copy or an aggregator's window in any order of arrival.
 func (s *Store) adoptOwnCells(ctx context.Context, from string, cells []replica.CellState) error {
 	if ok, err := s.rebuildingNow(ctx, from); err != nil || !ok {
 		return err
@@ -186,48 +185,15 @@ func (s *Store) adoptOwnCells(ctx context.Context, from string, cells []replica.
 		}
 	}
 	return parallel(len(cells), func(i int) error {
-		cs := cells[i]
-		k := cs.Key
-		for attempt := 0; attempt < s.opts.MaxAttempts; attempt++ {
-			if attempt > 0 {
-				if err := backoff(ctx, attempt); err != nil {
-					return err
-				}
-			}
-			var p, n, hwm, wm int64
-			exists := true
-			err := s.serial(ctx, s.q.cellGet, k.Item, k.Region, int(k.Shard)).Scan(&p, &n, &hwm, &wm)
-			if errors.Is(err, gocql.ErrNotFound) {
-				exists, err = false, nil
-			}
-			if err != nil {
-				if retryable(err) {
-					continue
-				}
-				return err
-			}
-			cur := crdt.Cell{P: uint64(p), N: uint64(n), HWM: uint64(hwm), Watermark: wm}
-			m := crdt.MergeCell(cur, cs.Cell)
-			if m == cur {
-				return nil
-			}
-			var applied bool
-			if exists {
-				applied, err = s.cas(ctx, s.q.cellUpdate, int64(m.P), int64(m.N), int64(m.HWM), m.Watermark,
-					k.Item, k.Region, int(k.Shard), int64(cur.HWM)).MapScanCAS(map[string]any{})
-			} else {
-				applied, err = s.cas(ctx, s.q.cellInsert, k.Item, k.Region, int(k.Shard),
-					int64(m.P), int64(m.N), int64(m.HWM), m.Watermark).MapScanCAS(map[string]any{})
-			}
-			if err != nil && !retryable(err) {
-				return fmt.Errorf("cassandra: adopt cell %v from %q: %w", k, from, err)
-			}
-			if err == nil && applied {
-				return nil
-			}
-			// Lost the condition, or the outcome is unknown: read again.
+		k, c := cells[i].Key, cells[i].Cell
+		if c.HWM == 0 {
+			return nil // no state a writer produced
 		}
-		return fmt.Errorf("%w: adopt cell %v from %q", ErrContention, k, from)
+		if err := s.write(ctx, s.q.cellPut, k.Item, k.Region, int(k.Shard), int64(c.P), int64(c.N), int64(c.HWM), c.Watermark,
+			ownCellStamp(c.HWM)).Exec(); err != nil {
+			return fmt.Errorf("cassandra: adopt cell %v from %q: %w", k, from, err)
+		}
+		return nil
 	})
 }
 

@@ -45,7 +45,8 @@
 //	edge_relays  ((item, bucket), user)  eseq, nonce, pos, event_time   USING TIMESTAMP eseq (schema 4)
 //	idem         ((user), key)           fingerprint, liked, changed, expires_at   USING TTL
 //	user_items   ((user), item)
-//	erasures     ((user))                the job, and the user's erasure marker; remote, late (schema 5)
+//	erasures     ((user))                the job, and the user's erasure marker; remote, late (schema 5);
+//	                                     announced (schema 8: false while a start's event is owed)
 //	outbox       ((partition, chunk), pos)  event          chunk = pos / 1024; partition 2^30
 //	                                     is the cell-change feed (replication)
 //	outbox_seq   ((partition))           head, last_time, issued, inflight
@@ -185,7 +186,12 @@
 // its flip after the eraser listed the user's items, so after every relayed
 // flip or retraction the relay re-reads the marker and, if the user is being
 // erased, erases that edge itself (and purges the user's records again if the
-// job already finished). The count sees +1 then −1.
+// job already finished). The count sees +1 then −1. A job starting here is
+// announced to the peers by a KindErasing event in the log, written after
+// its row (announced = false, in the same write) and followed by
+// announced = true; a PutErasure that finds announced = false appends the
+// event again (a failure in between; a duplicate marks nothing more). Row
+// before event is what snapshots need (see "Snapshots").
 //
 // # Cells, dedupe state and positions (pipeline.CellStore)
 //
@@ -400,12 +406,15 @@
 // order), and a cell change reaches the feed only after its cell was
 // written. What the scan reads may be newer than the mark (states written
 // meanwhile); the receiver then applies those events again from the log
-// after the mark, which the replicated-event rule makes harmless. Known gap:
-// an erasure start or finish whose log event is at or below the mark but
-// whose job row is written after the erasures were scanned (PutErasure and
-// the eraser append first, then write the job) is in neither; the edges it
-// erased still arrive (scanned or after the mark), the receiver only lacks
-// that user's mark until the next snapshot.
+// after the mark, which the replicated-event rule makes harmless. Erasure
+// starts: PutErasure writes a starting job's row before it appends the
+// KindErasing event (see "Erasure"), so a start at or below the mark has its
+// row in the scan. Erasure finishes are not ordered so: the eraser appends
+// the purge, then writes the job done; a finish whose purge is at or below the
+// mark and whose done row lands after the scan reaches the receiver as a
+// running mark (the user's writes are refused there, as P5 needs), and the
+// purge of that user's records there is left to their TTL (recordTTL: at
+// most a day and IdemGrace).
 //
 // ApplySnapshot / FinishSnapshot (replica.SnapshotSink) apply the entries
 // through the replicated-event path (edges as SnapEdgeEvent, marks as

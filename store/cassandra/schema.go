@@ -216,6 +216,13 @@ var Steps = []Step{
 		// transaction on the "store" row (which Open's transaction created).
 		`ALTER TABLE %[1]s.meta ADD IF NOT EXISTS (cluster text, data_set text)`,
 	}},
+	{8, "erasure starts announced after their row (snapshots see every mark their heads cover)", []string{
+		// erasures.announced: false while a job starting here has its row
+		// written but its KindErasing event not yet appended; a later
+		// PutErasure of that job appends it (null, as every row before
+		// schema 8 has: announced before the row was written).
+		`ALTER TABLE %[1]s.erasures ADD IF NOT EXISTS announced boolean`,
+	}},
 }
 
 // SchemaVersion is the version Migrate brings a keyspace to.

@@ -20,11 +20,14 @@ type stmts struct {
 	userItemsAdd string
 	userItems    string
 
-	userItemsPurge string
-	erasureInsert  string
-	erasureSelect  string
-	erasureAll     string
-	erasureExists  string
+	userItemsPurge   string
+	erasureInsert    string
+	erasureSelect    string
+	erasureAll       string
+	erasureExists    string
+	erasureAnnGet    string // announced (schema 8)
+	erasureInsertNew string // the row of a job starting here, announced = false
+	erasureAnnPut    string
 
 	intentInsert string
 	intentDelete string
@@ -117,6 +120,10 @@ func newStmts(ks string) stmts {
 		erasureSelect: q(`SELECT user, state, edges, unliked, started_at, finished_at, cursor, remote, late FROM KS.erasures WHERE user = ?`),
 		erasureAll:    q(`SELECT user, state, edges, unliked, started_at, finished_at, cursor, remote, late FROM KS.erasures`),
 		erasureExists: q(`SELECT user FROM KS.erasures WHERE user = ?`),
+		erasureAnnGet: q(`SELECT announced FROM KS.erasures WHERE user = ?`),
+		erasureInsertNew: q(`INSERT INTO KS.erasures (user, state, edges, unliked, started_at, finished_at, cursor, remote, late, announced)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, false)`),
+		erasureAnnPut: q(`UPDATE KS.erasures SET announced = ? WHERE user = ?`),
 
 		intentInsert: q(`INSERT INTO KS.relay_intents (partition, minute, item, user, eseq, nonce, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`),
 		intentDelete: q(`DELETE FROM KS.relay_intents WHERE partition = ? AND minute = ? AND item = ? AND user = ? AND eseq = ? AND nonce = ?`),

@@ -630,9 +630,15 @@ func (s *Store) Heal(ctx context.Context, item string, delta int64) error {
 // just before it was written is caught after its write (see doc.go). It
 // writes edge.MergeJob(stored, j), so a job re-opened by a late replicated
 // edge stays re-opened. A job starting here (new, or taken over from another
-// region's mark) first appends a KindErasing event, so the mark replicates
-// with the log (peers refuse the user's writes too); a retry after a failure
-// may append it twice, which marks nothing more.
+// region's mark) is announced with a KindErasing event, so the mark
+// replicates with the log (peers refuse the user's writes too): first the
+// row (announced = false), then the event, then announced = true. The row
+// before the event is what a snapshot needs: it reads the log's heads
+// before it scans the erasures, so every start at or below its heads has
+// its row in the scan (snapshot.go). A failure after the row leaves
+// announced = false, and the next PutErasure of the job (the caller's retry,
+// or the eraser saving its progress) appends the event; a failure after the
+// event may append it twice, which marks nothing more.
 func (s *Store) PutErasure(ctx context.Context, j edge.ErasureJob) error {
 	if s.isClosed() {
 		return ErrClosed
@@ -644,13 +650,35 @@ func (s *Store) PutErasure(ctx context.Context, j edge.ErasureJob) error {
 	if had {
 		j = edge.MergeJob(old, j)
 	}
-	if j.State == edge.ErasureRunning && !j.Remote && (!had || old.Remote) {
-		if _, err := s.appendStandalone(ctx, edge.Event{User: j.User, Bucket: edge.BucketOf(j.User), Kind: edge.KindErasing,
-			EventTime: j.StartedAt}); err != nil {
+	if j.State != edge.ErasureRunning || j.Remote {
+		return s.writeJob(ctx, j)
+	}
+	announce := !had || old.Remote
+	if !announce {
+		var ann *bool
+		if err := s.read(ctx, s.q.erasureAnnGet, j.User).Scan(&ann); err != nil && !errors.Is(err, gocql.ErrNotFound) {
 			return err
 		}
+		announce = ann != nil && !*ann
 	}
-	return s.writeJob(ctx, j)
+	if !announce {
+		return s.writeJob(ctx, j)
+	}
+	// One write: a row without announced = false would count as announced.
+	if err := s.write(ctx, s.q.erasureInsertNew, j.User, j.State, j.Edges, j.Unliked, j.StartedAt, j.FinishedAt, j.Cursor, j.Remote, j.Late).Exec(); err != nil {
+		return err
+	}
+	if err := s.crashPoint("erasure-row-written"); err != nil {
+		return err
+	}
+	if _, err := s.appendStandalone(ctx, edge.Event{User: j.User, Bucket: edge.BucketOf(j.User), Kind: edge.KindErasing,
+		EventTime: j.StartedAt}); err != nil {
+		return err
+	}
+	if err := s.crashPoint("erasure-announced"); err != nil {
+		return err
+	}
+	return s.write(ctx, s.q.erasureAnnPut, true, j.User).Exec()
 }
 
 func (s *Store) writeJob(ctx context.Context, j edge.ErasureJob) error {

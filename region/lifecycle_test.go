@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -83,6 +84,12 @@ func lcLoad(t *testing.T, c *triCluster, m *lcModel, items []string, writers int
 // addNode starts a new region named name in c (joining through us's gossip),
 // rebuilding from its peers.
 func (c *triCluster) addNode(t *testing.T, name string, all []string) *triNode {
+	return c.addNodeOn(t, name, all, nil)
+}
+
+// addNodeOn is addNode with the new region's own engines (nil: the
+// embedded store, as us's configuration has it).
+func (c *triCluster) addNodeOn(t *testing.T, name string, all []string, engines *region.Engines) *triNode {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -94,6 +101,9 @@ func (c *triCluster) addNode(t *testing.T, name string, all []string) *triNode {
 	cc.Regions, cc.Seeds, cc.HTTPAdvertise = all, []string{c.byName["us"].r.GossipAddr()}, "http://"+ln.Addr().String()
 	cfg.Cluster = &cc
 	cfg.Lifecycle.BootstrapFromPeers = true
+	if engines != nil {
+		cfg.Engines = *engines
+	}
 	if c.certs != "" {
 		ids, err := peertls.EnsureDev(c.certs, []string{name})
 		if err != nil {
@@ -125,7 +135,29 @@ func TestRegionAddUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an embedded etcd and four regions")
 	}
-	c := startTri(t)
+	testRegionAddUnderLoad(t, startTri(t), nil)
+}
+
+// TestEnginesRegionAddUnderLoad: the same on Cassandra + Redis (the
+// aggregators on the store's own log, which a rebuild needs): three regions
+// take writes, sa joins on a fresh keyspace, rebuilds from its peers and
+// takes two ranges by planned moves.
+func TestEnginesRegionAddUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded etcd and four regions on the engines")
+	}
+	engines := map[string]region.Engines{}
+	for _, name := range append(slices.Clone(triNames), "sa") {
+		e := region.EnginesForTest(t, name)
+		e.Log, e.Kafka = region.LogStore, region.KafkaEngine{}
+		engines[name] = e
+	}
+	c := startTriWith(t, triOpts{region: func(name string, cfg *region.Config) { cfg.Engines = engines[name] }})
+	sa := engines["sa"]
+	testRegionAddUnderLoad(t, c, &sa)
+}
+
+func testRegionAddUnderLoad(t *testing.T, c *triCluster, saEngines *region.Engines) {
 	items := []string{"lc-a", "lc-b", "lc-c"}
 	m := &lcModel{liked: map[[2]string]bool{}}
 	var nmu sync.Mutex
@@ -147,7 +179,7 @@ func TestRegionAddUnderLoad(t *testing.T) {
 	if _, err := c.dir.AddRegion(ctx, "sa", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	sa := c.addNode(t, "sa", []string{"us", "eu", "ap", "sa"})
+	sa := c.addNodeOn(t, "sa", []string{"us", "eu", "ap", "sa"}, saEngines)
 	c.nodes = append(c.nodes, sa)
 	c.byName["sa"] = sa
 	nmu.Lock()

@@ -82,14 +82,9 @@ func lcLoad(t *testing.T, c *triCluster, m *lcModel, items []string, writers int
 }
 
 // addNode starts a new region named name in c (joining through us's gossip),
-// rebuilding from its peers.
-func (c *triCluster) addNode(t *testing.T, name string, all []string) *triNode {
-	return c.addNodeOn(t, name, all, nil)
-}
-
-// addNodeOn is addNode with the new region's own engines (nil: the
-// embedded store, as us's configuration has it).
-func (c *triCluster) addNodeOn(t *testing.T, name string, all []string, engines *region.Engines) *triNode {
+// rebuilding from its peers, on its own engines (nil: the embedded store, as
+// us's configuration has it).
+func (c *triCluster) addNode(t *testing.T, name string, all []string, engines *region.Engines) *triNode {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -179,7 +174,7 @@ func testRegionAddUnderLoad(t *testing.T, c *triCluster, saEngines *region.Engin
 	if _, err := c.dir.AddRegion(ctx, "sa", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	sa := c.addNodeOn(t, "sa", []string{"us", "eu", "ap", "sa"}, saEngines)
+	sa := c.addNode(t, "sa", []string{"us", "eu", "ap", "sa"}, saEngines)
 	c.nodes = append(c.nodes, sa)
 	c.byName["sa"] = sa
 	nmu.Lock()

@@ -245,12 +245,15 @@ type IdentityDecision struct {
 // when etcd records nothing else for the region. ds nil: a standalone region
 // (no cluster id, nothing registered).
 func checkIdentity(ctx context.Context, dir, region string, ds dataSets, bootstrap bool, now time.Time) (IdentityDecision, error) {
-	return checkIdentityOf(ctx, folderIdentity(dir), region, ds, bootstrap, now)
+	return checkIdentityOf(ctx, folderIdentity(dir), region, ds, bootstrap, "", now)
 }
 
 // checkIdentityOf is checkIdentity of any identity holder (a folder, a
-// keyspace).
-func checkIdentityOf(ctx context.Context, h identityHolder, region string, ds dataSets, bootstrap bool, now time.Time) (IdentityDecision, error) {
+// keyspace). noRebuild, when set, says why this region cannot rebuild from
+// its peers: a bootstrap is then refused before anything is written or
+// registered (a refused start must leave nothing that would make the next,
+// correct one skip its rebuild).
+func checkIdentityOf(ctx context.Context, h identityHolder, region string, ds dataSets, bootstrap bool, noRebuild string, now time.Time) (IdentityDecision, error) {
 	var dec IdentityDecision
 	dir := h.where()
 	cluster := ""
@@ -312,6 +315,10 @@ func checkIdentityOf(ctx context.Context, h identityHolder, region string, ds da
 			return dec, fmt.Errorf("%w: %s is empty, but region %s already has state in this cluster (data set %s): start with --bootstrap-from-peers to rebuild it from its peers, or use the region's own data folder",
 				ErrIdentity, dir, region, reg.ID)
 		}
+		if noRebuild != "" {
+			return dec, fmt.Errorf("%w: %s is empty and region %s already has state in this cluster (data set %s), but it cannot be rebuilt from its peers: %s",
+				ErrIdentity, dir, region, reg.ID, noRebuild)
+		}
 		replace, dec.Bootstrap = reg.ID, true
 	}
 	id = Identity{Format: 1, Cluster: cluster, Region: region, DataSet: etcdepoch.NewID(), CreatedMs: now.UnixMilli()}
@@ -338,7 +345,7 @@ func (r *Region) checkDataFolder(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	dec, err := checkIdentity(ctx, filepath.Join(cfg.DataDir, cfg.Name), cfg.Name, ds, cfg.Lifecycle.BootstrapFromPeers, cfg.Clock.Now())
+	dec, err := checkIdentityOf(ctx, folderIdentity(filepath.Join(cfg.DataDir, cfg.Name)), cfg.Name, ds, cfg.Lifecycle.BootstrapFromPeers, r.noRebuild(), cfg.Clock.Now())
 	if err != nil {
 		return err
 	}
@@ -362,7 +369,7 @@ func (r *Region) checkKeyspace(ctx context.Context) error {
 	}
 	var dec IdentityDecision
 	for attempt := 0; ; attempt++ {
-		dec, err = checkIdentityOf(ctx, keyspaceIdentity{r.Cassandra}, r.cfg.Name, ds, r.cfg.Lifecycle.BootstrapFromPeers, r.cfg.Clock.Now())
+		dec, err = checkIdentityOf(ctx, keyspaceIdentity{r.Cassandra}, r.cfg.Name, ds, r.cfg.Lifecycle.BootstrapFromPeers, r.noRebuild(), r.cfg.Clock.Now())
 		// Another process of the region recorded an identity meanwhile:
 		// check against that one.
 		if !errors.Is(err, cassandra.ErrIdentityChanged) || attempt == 2 {
@@ -395,6 +402,20 @@ func (r *Region) clusterDataSets(ctx context.Context) (dataSets, error) {
 		return nil, err
 	}
 	return dir, nil
+}
+
+// noRebuild says why this region could not rebuild from its peers ("": it
+// can). The rebuild raises the aggregators' positions past the peers'
+// cursors of the store's log and the adopted cells' HWMs; positions in a
+// Kafka topic are offsets of another sequence, which a raise would corrupt.
+// (A region joining the cluster is not refused: it has no log and no cells
+// of its own anywhere yet, its peers' cursors for it are 0, so its rebuild
+// raises nothing and its aggregators may read Kafka.)
+func (r *Region) noRebuild() string {
+	if r.cfg.Engines.Log != LogStore {
+		return fmt.Sprintf("a rebuild needs the aggregators on the store's own log (--log store), not %q", r.cfg.Engines.Log)
+	}
+	return ""
 }
 
 func (r *Region) adoptIdentity(dec IdentityDecision) {
@@ -435,12 +456,6 @@ func (r *Region) startRebuild(ctx context.Context) error {
 	joining := r.identity.Created && r.regStates[r.cfg.Name] == epoch.StateJoining
 	if (!r.identity.Bootstrap && !joining) || r.cfg.Cluster == nil {
 		return nil
-	}
-	if r.cfg.Engines.Log != LogStore {
-		// The rebuild raises the aggregators' positions past the peers'
-		// cursors of the store's log; positions in a Kafka topic are
-		// offsets of another sequence, which a raise would corrupt.
-		return fmt.Errorf("%w: a region rebuilt from its peers needs its aggregators on the store's own log (--log store), not %q", ErrIdentity, r.cfg.Engines.Log)
 	}
 	var peers []string
 	for _, p := range r.cfg.Cluster.Regions {

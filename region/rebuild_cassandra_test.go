@@ -105,6 +105,13 @@ func TestEnginesCassandraRebuild(t *testing.T) {
 	other.Engines.Cassandra.Keyspace = engines["us"].Cassandra.Keyspace
 	other.Lifecycle.BootstrapFromPeers = true
 	refused(other, "us's keyspace")
+	// A rebuild needs the aggregators on the store's log: with Kafka the
+	// start is refused before the keyspace gets an identity, so the correct
+	// start below still rebuilds.
+	kf := cfg
+	kf.Lifecycle.BootstrapFromPeers = true
+	kf.Engines.Log, kf.Engines.Kafka = region.LogKafka, region.EnginesForTest(t, "eu").Kafka
+	refused(kf, "an empty keyspace with --bootstrap-from-peers but --log kafka")
 
 	// The others go on: eu's ranges fail over to them.
 	survivors := []*triNode{c.byName["us"], c.byName["ap"]}

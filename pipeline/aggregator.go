@@ -263,6 +263,14 @@ func (a *Aggregator) fold(ctx context.Context, evs []edge.Event, w *Window) erro
 			continue
 		}
 		if w.Through <= old.HWM {
+			// Written by a window that did not finish (a crash between a
+			// store's cell writes and its position, or another writer of
+			// the partition): the cell holds this window's events already.
+			// It is rewritten unchanged so that the store announces it to
+			// replication again: a store whose cell-change feed is written
+			// after the cells (Cassandra) may have lost that announcement,
+			// and this window's watermark is about to vouch for the cell.
+			w.Cells = append(w.Cells, CellUpdate{Key: k, Expect: old.HWM, Cell: old})
 			continue
 		}
 		next, err := old.Apply(d, w.Through, w.Watermark)

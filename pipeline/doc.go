@@ -9,7 +9,10 @@
 // cell conditionally on its HWM being unchanged. So a window replayed after a crash
 // (before or after its cells were written, before or after the position commit)
 // adds nothing twice, and a window that covers more events than before adds only
-// the new ones. Dedupe by (edge, kind class, version) additionally drops
+// the new ones. A touched cell already at or past the window's end (written by
+// a window that did not finish) is committed unchanged, not skipped, so a store
+// that announces changed cells to replication (its cell-change feed) announces
+// it before this window's watermark vouches for it. Dedupe by (edge, kind class, version) additionally drops
 // duplicate events at different positions (a relay re-publishing after a crash).
 //
 // Watermark: after a window the partition is complete through the event time of

@@ -276,10 +276,16 @@
 // read); OwnWatermark the min over the partitions' positions; CellChanges
 // reads the cell-change feed, an outbox partition of its own (feedPart) that
 // Commit appends one entry per cell to once the window's cells are written
-// and before the position moves, and returns those cells' current states; a
-// crash in between leaves a cell unannounced until its next change or the
-// next anti-entropy pass (ScanCells, a filtered scan of the cells table),
-// never announced before it is written.
+// and before the position moves, and returns those cells' current states;
+// never announced before it is written. A crash in between leaves a cell
+// written but unannounced while the position is still behind it: the
+// replaying window finds the cell ahead of it and rewrites it unchanged
+// (pipeline's fold), so Commit announces it before that window's position
+// and watermark move. Without that, the shipper sent the later watermark
+// while a peer still held the cell's old state, and the peer's count claimed
+// an asOf it did not have (found by the chaos suite: a node killed or paused
+// between a window's cells and its feed). ScanCells (anti-entropy, a
+// filtered scan of the cells table) is the backstop.
 //
 // Sink: ApplyRemote and ApplyRemoteParts run every event above the recorded
 // cursor through edge.ApplyRemoteEvent, the pure rule the embedded store uses

@@ -195,3 +195,40 @@ func TestPlanScheduleNodes(t *testing.T) {
 		t.Errorf("only node nemeses and no region of several nodes: schedule %v, want none", s)
 	}
 }
+
+// TestNodesOptions: --nodes is parsed strictly, and a run that cannot be
+// carried out (several nodes on the embedded store, an unknown region, a node
+// nemesis without a region of several nodes) is refused before anything
+// starts.
+func TestNodesOptions(t *testing.T) {
+	got, err := ParseNodes("us=2, eu=1")
+	if err != nil || got["us"] != 2 || got["eu"] != 1 || len(got) != 2 {
+		t.Fatalf("ParseNodes: %v, %v", got, err)
+	}
+	if NodesFlag(got) != "us=2" {
+		t.Fatalf("NodesFlag(%v) = %q, want us=2", got, NodesFlag(got))
+	}
+	for _, bad := range []string{"", "us", "us=", "=2", "us=x", "us=2,us=3"} {
+		if _, err := ParseNodes(bad); err == nil {
+			t.Errorf("ParseNodes(%q) accepted", bad)
+		}
+	}
+	eng := &Engines{Cassandra: []string{"c"}, Kafka: []string{"k"}, Redis: "r"}
+	for name, o := range map[string]Options{
+		"several nodes, embedded": {Nodes: map[string]int{"us": 2}},
+		"unknown region":          {Nodes: map[string]int{"xx": 2}, Engines: eng},
+		"too many nodes":          {Nodes: map[string]int{"us": 5}, Engines: eng},
+		"zero nodes":              {Nodes: map[string]int{"us": 0}, Engines: eng},
+		"node nemesis, no nodes":  {Kinds: []string{NemKillNode}, Engines: eng},
+	} {
+		o.defaults()
+		if err := o.validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	ok := Options{Nodes: map[string]int{"us": 2}, Kinds: NodeNemeses, Engines: eng}
+	ok.defaults()
+	if err := ok.validate(); err != nil {
+		t.Fatalf("a valid run refused: %v", err)
+	}
+}

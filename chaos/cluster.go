@@ -706,11 +706,24 @@ func (c *Cluster) Quiesce(ctx context.Context, since time.Time, timeout time.Dur
 type endpoint interface{ URL() string }
 
 func (c *Cluster) getJSON(ctx context.Context, at endpoint, path string, admin bool, out any) error {
-	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	return c.doJSON(ctx, http.MethodGet, at, path, "", admin, 3*time.Second, out)
+}
+
+// doJSON sends one request (body: a JSON document, "" for none) and decodes
+// a 200 answer into out; any other status is an error with the body.
+func (c *Cluster) doJSON(ctx context.Context, method string, at endpoint, path, body string, admin bool, timeout time.Duration, out any) error {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(cctx, http.MethodGet, at.URL()+path, nil)
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(cctx, method, at.URL()+path, rd)
 	if err != nil {
 		return err
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if admin {
 		req.Header.Set("Authorization", "Bearer "+c.admin)
@@ -720,14 +733,14 @@ func (c *Cluster) getJSON(ctx context.Context, at endpoint, path string, admin b
 		return err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s%s: %d %s", at.URL(), path, resp.StatusCode, strings.TrimSpace(string(body)))
+		return fmt.Errorf("%s %s%s: %d %s", method, at.URL(), path, resp.StatusCode, strings.TrimSpace(string(b)))
 	}
-	return json.Unmarshal(body, out)
+	return json.Unmarshal(b, out)
 }
 
 // Recount is one item a region's reconciliation found mismatched (its
@@ -754,30 +767,13 @@ func (c *Cluster) Reconcile(ctx context.Context, name string) ([]Recount, error)
 	if at == nil {
 		return nil, fmt.Errorf("no node of region %s is running", name)
 	}
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	req, err := http.NewRequestWithContext(cctx, http.MethodPost, at.URL()+"/v1/admin/reconcile", strings.NewReader(`{}`))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.admin)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("reconcile at %s: %w", at.Name, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("reconcile at %s: %d %s", at.Name, resp.StatusCode, strings.TrimSpace(string(body)))
-	}
 	var rep struct {
 		Mismatched []Recount `json:"mismatched"`
 	}
-	return rep.Mismatched, json.Unmarshal(body, &rep)
+	if err := c.doJSON(ctx, http.MethodPost, at, "/v1/admin/reconcile", `{}`, true, 2*time.Minute, &rep); err != nil {
+		return nil, fmt.Errorf("reconcile at %s: %w", at.Name, err)
+	}
+	return rep.Mismatched, nil
 }
 
 // Regions lists the region names.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -572,7 +573,6 @@ func finalReads(ctx context.Context, cl *Cluster, items []string) (regions, node
 			}
 		}
 		regions, nodes = map[string]map[string]FinalItem{}, map[string]map[string]FinalItem{}
-		views := cl.Regions()
 		for _, r := range cl.Regions() {
 			if regions[r], err = read(cl.Region(r)); err != nil {
 				return nil, nil, err
@@ -583,15 +583,12 @@ func finalReads(ctx context.Context, cl *Cluster, items []string) (regions, node
 				if nodes[n.Name], err = read(n); err != nil {
 					return nil, nil, err
 				}
-				views = append(views, n.Name)
-				regions[n.Name] = nodes[n.Name] // for agree only
 			}
 		}
-		ok := agree(regions, views, items)
-		for n := range nodes {
-			delete(regions, n)
-		}
-		if ok {
+		// Every region and every node must answer alike.
+		all := maps.Clone(regions)
+		maps.Copy(all, nodes)
+		if agree(all, slices.Sorted(maps.Keys(all)), items) {
 			break
 		}
 	}

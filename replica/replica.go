@@ -15,6 +15,13 @@ type CellState struct {
 	Cell crdt.Cell
 }
 
+// MaxHWM bounds a shipped cell's HWM (a log position). Stores order cell
+// writes by it (Cassandra: USING TIMESTAMP hwm for a peer's cell, 2^56 + hwm
+// for this region's own, which must fit an int64), so a larger one, which no
+// real log reaches, is refused where it enters (replication's validation)
+// rather than let it overflow or freeze a cell against every later write.
+const MaxHWM = uint64(1) << 62
+
 // Cursor is how far a receiver has applied a sender's streams: per log
 // partition the last applied position, and the sender's cell-change sequence.
 type Cursor struct {

@@ -275,6 +275,9 @@ func validateBatch(b Batch) error {
 		if c.Key.Region != b.From {
 			return bad("cell %v is not the sender's own (each region ships only its own cells)", c.Key)
 		}
+		if err := checkCell(c, b.Partitions); err != nil {
+			return bad("%v", err)
+		}
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/likes-dev/likes/crdt"
 	"github.com/likes-dev/likes/edge"
 	"github.com/likes-dev/likes/internal/rpcjson"
+	"github.com/likes-dev/likes/replica"
 )
 
 // ev is a valid like event at position pos of partition p (of 2): its item
@@ -102,6 +103,9 @@ func TestServerRejectsInvalid(t *testing.T) {
 		"past through":    {Batch{From: "eu", Partitions: 2, Parts: []PartBatch{{Partition: 0, Events: []edge.Event{ev(0, 3)}, Through: 2}}}, codes.InvalidArgument},
 		"wrong partition": {Batch{From: "eu", Partitions: 2, Parts: []PartBatch{{Partition: 0, Events: []edge.Event{ev(1, 1)}, Through: 1}}}, codes.InvalidArgument},
 		"foreign cell":    {Batch{From: "eu", Partitions: 2, Cells: []CellState{{Key: crdt.CellKey{Item: "x", Region: "ap"}}}}, codes.InvalidArgument},
+		"cell hwm":        {Batch{From: "eu", Partitions: 2, Cells: []CellState{{Key: crdt.CellKey{Item: "x", Region: "eu"}, Cell: crdt.Cell{HWM: replica.MaxHWM + 1}}}}, codes.InvalidArgument},
+		"cell shard":      {Batch{From: "eu", Partitions: 2, Cells: []CellState{{Key: crdt.CellKey{Item: "x", Region: "eu", Shard: 2}}}}, codes.InvalidArgument},
+		"cell item":       {Batch{From: "eu", Partitions: 2, Cells: []CellState{{Key: crdt.CellKey{Item: "bad\x00", Region: "eu"}}}}, codes.InvalidArgument},
 		"cells backwards": {Batch{From: "eu", Partitions: 2, CellsAfter: 3, CellsThrough: 2}, codes.InvalidArgument},
 		"duplicate part":  {Batch{From: "eu", Partitions: 2, Parts: []PartBatch{{Partition: 0}, {Partition: 0}}}, codes.InvalidArgument},
 		"through < after": {Batch{From: "eu", Partitions: 2, Parts: []PartBatch{{Partition: 0, After: 3, Through: 2}}}, codes.InvalidArgument},

@@ -229,11 +229,8 @@ func validateSnapshot(b SnapshotBatch, self string) error {
 		if c.Key.Region != self {
 			return bad("cell %v sent as this region's own", c.Key)
 		}
-		if err := edge.ValidateID("itemId", c.Key.Item); err != nil {
-			return bad("cell: %v", err)
-		}
-		if int(c.Key.Shard) >= b.Partitions {
-			return bad("cell %v: shard out of range", c.Key)
+		if err := checkCell(c, b.Partitions); err != nil {
+			return bad("%v", err)
 		}
 	}
 	for _, e := range b.Chunk.Edges {
@@ -263,12 +260,25 @@ func validateSnapshot(b SnapshotBatch, self string) error {
 		if c.Key.Region != b.From {
 			return bad("cell %v is not the sender's own (each region ships only its own cells)", c.Key)
 		}
-		if err := edge.ValidateID("itemId", c.Key.Item); err != nil {
-			return bad("cell: %v", err)
+		if err := checkCell(c, b.Partitions); err != nil {
+			return bad("%v", err)
 		}
-		if int(c.Key.Shard) >= b.Partitions {
-			return bad("cell %v: shard out of range", c.Key)
-		}
+	}
+	return nil
+}
+
+// checkCell validates a shipped cell's key and HWM (a snapshot's or a
+// push's): a valid item id, a shard among the sender's partitions, an HWM a
+// store can order writes by (replica.MaxHWM).
+func checkCell(c CellState, partitions int) error {
+	if err := edge.ValidateID("itemId", c.Key.Item); err != nil {
+		return fmt.Errorf("cell: %w", err)
+	}
+	if int(c.Key.Shard) >= partitions {
+		return fmt.Errorf("cell %v: shard out of range", c.Key)
+	}
+	if c.Cell.HWM > replica.MaxHWM {
+		return fmt.Errorf("cell %v: hwm %d above %d", c.Key, c.Cell.HWM, replica.MaxHWM)
 	}
 	return nil
 }

@@ -23,6 +23,8 @@ func TestSnapshotRefusesHostileBatches(t *testing.T) {
 	for name, b := range map[string]SnapshotBatch{
 		"another region's cell": {Chunk: replica.SnapshotChunk{Cells: []CellState{{Key: crdt.CellKey{Item: "i1", Region: "ap", Shard: 0}}}}},
 		"a shard out of range":  {Chunk: replica.SnapshotChunk{Cells: []CellState{{Key: crdt.CellKey{Item: "i1", Region: "us", Shard: 9}}}}},
+		"an hwm past MaxHWM":    {Chunk: replica.SnapshotChunk{Cells: []CellState{{Key: crdt.CellKey{Item: "i1", Region: "us"}, Cell: crdt.Cell{HWM: replica.MaxHWM + 1}}}}},
+		"own cell past MaxHWM":  {Chunk: replica.SnapshotChunk{YourCells: []CellState{{Key: crdt.CellKey{Item: "i1", Region: "eu"}, Cell: crdt.Cell{HWM: 1 << 63}}}}},
 		"a bad item":            {Chunk: replica.SnapshotChunk{Edges: []edge.Edge{{Item: "bad\x00", User: "u1", State: crdt.Liked}}}},
 		"an unknown state":      {Chunk: replica.SnapshotChunk{Edges: []edge.Edge{{Item: "i1", User: "u1", State: 9}}}},
 		"a bad erasure user":    {Chunk: replica.SnapshotChunk{Erasures: []replica.SnapErasure{{User: ""}}}},

@@ -43,7 +43,12 @@
 //     reconcile's its position). A pruned entry's newest event is older than
 //     H, so pruning is safe whenever duplicates appear within H of their
 //     original, which the retention horizon bounds by construction: a log
-//     (or a relay's outbox) keeps nothing older than H to re-publish.
+//     (or a relay's outbox) keeps nothing older than H to re-publish. Not so
+//     when the aggregators read Kafka: a relay paused for longer than H (a
+//     zombie node) may still publish its batch, so there dedupe state is
+//     never pruned (it holds one entry per edge, not per event), and the
+//     store's log is cut below what the relay published to the topic
+//     instead of below the aggregators' positions, which are topic offsets.
 //  4. Without its entry, an edge's next event (a newer version) is counted as
 //     it would have been with it: the entry only ever dropped versions at or
 //     below the newest applied one.

@@ -15,9 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/likes-dev/likes/region"
 	"github.com/likes-dev/likes/store/cassandra"
 )
@@ -84,18 +81,7 @@ func TestMixedEnginesClusterKafka(t *testing.T) {
 	}
 	hosts, ks := mixedKeyspace(t)
 	topic := "likes-mixed." + ks
-	t.Cleanup(func() {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-		if err != nil {
-			return
-		}
-		defer cl.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if _, err := kadm.NewClient(cl).DeleteTopics(ctx, topic, topic+".dlq"); err != nil {
-			t.Logf("delete topics: %v", err)
-		}
-	})
+	region.DeleteTopicsAtEnd(t, brokers, topic)
 	mixedCluster(t, region.Engines{Store: region.StoreCassandra,
 		Cassandra: region.CassandraEngine{Hosts: hosts, Keyspace: ks, Timeout: 20 * time.Second},
 		Log:       region.LogKafka,

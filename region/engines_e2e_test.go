@@ -100,17 +100,8 @@ func engineConfig(t testing.TB, env engineEnv, name string) Engines {
 				t.Logf("drop keyspace %s: %v", ks, err)
 			}
 		}
-		cl, err := kgo.NewClient(kgo.SeedBrokers(env.kafka...))
-		if err != nil {
-			return
-		}
-		defer cl.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if _, err := kadm.NewClient(cl).DeleteTopics(ctx, topic, topic+".dlq"); err != nil {
-			t.Logf("delete topics: %v", err)
-		}
 	})
+	DeleteTopicsAtEnd(t, env.kafka, topic)
 	return Engines{
 		Store:     StoreCassandra,
 		Cassandra: CassandraEngine{Hosts: env.cassandra, Keyspace: ks, Timeout: 20 * time.Second},
@@ -594,5 +585,22 @@ func leaseLoss(t *testing.T, ctx context.Context, c *e2eClient, etcd *etcdLink, 
 			}
 		}
 		return true
+	})
+}
+
+// DeleteTopicsAtEnd deletes a test's log topic and its dead-letter topic
+// from the real Kafka when the test ends.
+func DeleteTopicsAtEnd(t testing.TB, brokers []string, topic string) {
+	t.Cleanup(func() {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+		if err != nil {
+			return
+		}
+		defer cl.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if _, err := kadm.NewClient(cl).DeleteTopics(ctx, topic, topic+".dlq"); err != nil {
+			t.Logf("delete topics: %v", err)
+		}
 	})
 }

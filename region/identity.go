@@ -485,16 +485,24 @@ func (o *opening) startRetention(context.Context) error {
 	if horizon == 0 {
 		horizon = pebblestore.DefaultRetention
 	}
-	// The aggregators read Kafka (their positions are not this log's), or
-	// replay from 0 on purpose (--unsafe-break fence): keep the log.
-	keepLog := cfg.Engines.Log != LogStore || cfg.knobs().Unsafe.NoFence
+	// The aggregators replay from 0 on purpose (--unsafe-break fence): keep
+	// the log. When they read Kafka their positions are the topic's offsets,
+	// so the log is cut below what the relay published there instead.
+	keepLog := cfg.knobs().Unsafe.NoFence
+	var relayed func(context.Context) ([]uint64, error)
+	if cfg.Engines.Log == LogKafka {
+		if r.KafkaLog == nil {
+			return errors.New("region: retention on the Kafka log before the log is open")
+		}
+		relayed = r.KafkaLog.Relayed
+	}
 	peers := func() []replica.PeerCursor { return r.holdingPeers(horizon) }
 	// stats: log events deleted, idempotency records deleted, failed rounds.
 	var stats func() (uint64, uint64, uint64)
 	if r.Store != nil {
 		ret, err := pebblestore.NewRetainer(pebblestore.RetainerConfig{
 			Store: r.Store, Clock: cfg.Clock, Retention: horizon, Interval: cfg.Lifecycle.RetentionInterval,
-			KeepLog: keepLog, Peers: peers, Logger: o.log,
+			KeepLog: keepLog, Relayed: relayed, Peers: peers, Logger: o.log,
 		})
 		if err != nil {
 			return err
@@ -504,7 +512,7 @@ func (o *opening) startRetention(context.Context) error {
 	} else {
 		ret, err := cassandra.NewRetainer(r.Cassandra, retain.Config{
 			Clock: cfg.Clock, Retention: horizon, Interval: cfg.Lifecycle.RetentionInterval,
-			KeepLog: keepLog, Peers: peers, Logger: o.log,
+			KeepLog: keepLog, Relayed: relayed, Peers: peers, Logger: o.log,
 		}, false)
 		if err != nil {
 			return err

@@ -387,8 +387,19 @@
 // since no floor rose). A dedupe TTL of the horizon would be safe by the
 // pipeline argument (write time >= event time), but the horizon is a flag
 // that may change while a TTL is fixed at the write, and dedupe must stay
-// whole when the aggregators read Kafka (KeepLog: no pruning); so pruning
+// whole when the aggregators read Kafka (no pruning then); so pruning
 // follows the rounds.
+//
+// Aggregators on Kafka (--log kafka): their positions and the cells' HWMs
+// are the topic's offsets, so a partition is cut below what the relay
+// published there instead (RetentionRound.Relayed, read from Kafka at every
+// round: kafkalog.Log.Relayed), with the peers' cursors and the horizon as
+// above; the feed is cut as above. Every event at or below that position has
+// a copy in the topic, and a relay resumes after it, so no reader of this log
+// but the holding peers needs it again. Dedupe rows are not pruned then: a
+// zombie relay (a paused node) may publish a copy of an old event at any
+// later time, and only the edge's dedupe row drops it; they hold one row per
+// edge and item, not per event, so they do not grow with time.
 //
 // Left as they are: relay intents are deleted by their relay or by the
 // sweeper once their event is relayed (the sweep cursor then passes their

@@ -69,10 +69,11 @@ type RetentionStats = retain.Stats
 
 // Retain runs one bounded retention round (see doc.go, "Retention"): it
 // truncates each log partition below min(the aggregator's committed
-// position, every holding peer's cursor, the last event older than the
+// position, or what the relay published when the aggregators read Kafka
+// (in.Relayed), every holding peer's cursor, the last event older than the
 // horizon), the cell-change feed below min(every holding peer's cell cursor,
 // the last entry older than the horizon), and prunes dedupe rows whose newest
-// event is older than the horizon. Safe beside every other call and other
+// event is older than the horizon (not with in.Relayed). Safe beside every other call and other
 // processes; not safe concurrently with itself (the Retainer's loop is its
 // one caller in a process; two processes' rounds only repeat deletes).
 func (s *Store) Retain(ctx context.Context, in RetentionRound) (RetentionStats, error) {
@@ -119,7 +120,7 @@ func (s *Store) Retain(ctx context.Context, in RetentionRound) (RetentionStats, 
 				errs[i] = err
 				return nil
 			}
-			hi = agg
+			hi = in.LogBound(i, agg)
 			for _, pc := range in.Peers {
 				c := uint64(0)
 				if i < len(pc.Cursor.Log) {
@@ -138,8 +139,10 @@ func (s *Store) Retain(ctx context.Context, in RetentionRound) (RetentionStats, 
 	}
 	st.OutboxDeleted, st.OutboxFloor = deleted[parts], floors[parts]
 	st.More = st.More || more[parts]
-	n, m, err := s.pruneDedupe(ctx, in, cutoff)
-	st.DedupeDeleted, st.More, errs[parts+1] = n, st.More || m, err
+	if in.PruneDedupe() {
+		n, m, err := s.pruneDedupe(ctx, in, cutoff)
+		st.DedupeDeleted, st.More, errs[parts+1] = n, st.More || m, err
+	}
 	return st, errors.Join(errs...)
 }
 

@@ -74,9 +74,16 @@ func (f *retFixture) aggregate() {
 
 func (f *retFixture) retain(peers ...replica.PeerCursor) cassandra.RetentionStats {
 	f.t.Helper()
+	return f.retainRelayed(nil, peers...)
+}
+
+// retainRelayed runs rounds until done; relayed: Round.Relayed (nil: the
+// aggregators read this store's log).
+func (f *retFixture) retainRelayed(relayed []uint64, peers ...replica.PeerCursor) cassandra.RetentionStats {
+	f.t.Helper()
 	var total cassandra.RetentionStats
 	for i := 0; i < 100; i++ {
-		st, err := f.st.Retain(f.ctx, cassandra.RetentionRound{Now: f.clk.Now(), Horizon: 7 * day, Peers: peers, Log: true, Scan: 16})
+		st, err := f.st.Retain(f.ctx, cassandra.RetentionRound{Now: f.clk.Now(), Horizon: 7 * day, Peers: peers, Log: true, Relayed: relayed, Scan: 16})
 		if err != nil {
 			f.t.Fatal(err)
 		}
@@ -222,6 +229,39 @@ func TestRetentionTruncatesBelowEveryConsumer(t *testing.T) {
 	}
 }
 
+// TestRetentionBelowRelayed: with the aggregators on Kafka (Round.Relayed)
+// a partition is cut below what the relay published, whatever the
+// aggregators' positions say (they are topic offsets), still never past a
+// holding peer; dedupe rows are kept.
+func TestRetentionBelowRelayed(t *testing.T) {
+	f := newRetFixture(t, "r1", 2)
+	for i := 0; i < 20; i++ {
+		f.write(fmt.Sprintf("i%d", i%4), fmt.Sprintf("u%d", i), crdt.Liked)
+	}
+	f.aggregate() // positions at the heads, and one dedupe row per edge
+	heads := []uint64{f.head(0), f.head(1)}
+	f.clk.Advance(8 * day)
+	if st := f.retainRelayed([]uint64{0, 0}); st.LogDeleted != 0 {
+		t.Fatalf("deleted what the relay has not published: %+v", st)
+	}
+	peer := replica.PeerCursor{Region: "r2", Cursor: replica.Cursor{Log: []uint64{heads[0], 1}, Cells: 1 << 40}}
+	st := f.retainRelayed([]uint64{heads[0], heads[1]}, peer)
+	if st.LogFloors[0] != heads[0] || st.LogFloors[1] > 1 || st.DedupeDeleted != 0 {
+		t.Fatalf("round %+v, heads %v: want partition 0 cut at its head, 1 held by the peer, dedupe kept", st, heads)
+	}
+	if n, err := f.st.DedupeRows(f.ctx); err != nil || n != 20 {
+		t.Fatalf("%d dedupe rows left, want all 20 (%v)", n, err)
+	}
+	if st := f.retainRelayed([]uint64{heads[0], heads[1]}); st.LogFloors[1] != heads[1] {
+		t.Fatalf("round without the peer %+v: want partition 1 cut at its head %d", st, heads[1])
+	}
+	for i := 0; i < 4; i++ {
+		if n := f.count(fmt.Sprintf("i%d", i)); n != 5 {
+			t.Fatalf("count of i%d = %d, want 5", i, n)
+		}
+	}
+}
+
 // TestRetentionKeepsYoungDedupe: only dedupe rows whose newest event is
 // older than the horizon are pruned; a pruned edge's next version counts
 // exactly once.
@@ -248,7 +288,7 @@ func TestRetentionKeepsYoungDedupe(t *testing.T) {
 
 // TestRetainerRefusesBadConfig: the loop itself is retain.Loop (tested
 // under the embedded store, and run on Cassandra by region's
-// TestCassandraRegionRetention); its configuration is checked here.
+// TestEnginesRegionRetention); its configuration is checked here.
 func TestRetainerRefusesBadConfig(t *testing.T) {
 	f := newRetFixture(t, "r1", 1)
 	for _, cfg := range []retain.Config{{Retention: -time.Hour}, {}, {Retention: time.Hour, Interval: -time.Minute}} {

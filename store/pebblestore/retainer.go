@@ -1,6 +1,7 @@
 package pebblestore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,9 +35,13 @@ type RetainerConfig struct {
 	// Peers returns the cursors of the peers that hold truncation back (see
 	// RetentionRound.Peers); nil: no peer holds anything.
 	Peers func() []PeerCursor
-	// KeepLog disables log and outbox truncation and dedupe pruning (the
-	// aggregators read another log; see RetentionRound.Log).
+	// KeepLog disables log and outbox truncation and dedupe pruning
+	// (RetentionRound.Log).
 	KeepLog bool
+	// Relayed, when set, gives every round RetentionRound.Relayed: the
+	// aggregators read Kafka, so the log is truncated below what the relay
+	// published there (kafkalog.Log.Relayed) and dedupe is kept.
+	Relayed func(ctx context.Context) ([]uint64, error)
 	// Scan bounds one round's keys per kind (default 4096).
 	Scan int
 	// IdemPass is how long one pass of the idempotency sweep over every
@@ -114,7 +119,7 @@ func newRetainer(cfg RetainerConfig, manual bool) (*Retainer, error) {
 		return i+1 >= retain.MinRoundsPerInterval && scanned >= r.IdemBudget()
 	}
 	r.Loop = retain.New(retain.Config{Retain: cfg.Store.Retain, Clock: cfg.Clock, Retention: cfg.Retention,
-		Interval: cfg.Interval, Peers: cfg.Peers, KeepLog: cfg.KeepLog, Scan: cfg.Scan, Enough: enough, Logger: cfg.Logger}, manual)
+		Interval: cfg.Interval, Peers: cfg.Peers, KeepLog: cfg.KeepLog, Relayed: cfg.Relayed, Scan: cfg.Scan, Enough: enough, Logger: cfg.Logger}, manual)
 	return r, nil
 }
 

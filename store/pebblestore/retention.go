@@ -151,11 +151,13 @@ func (s *Store) loadCheckpoints() ([]checkpoint, error) {
 }
 
 // Retain runs one bounded retention round (see RetentionRound): it truncates
-// each log partition below min(the aggregator's committed position, every
+// each log partition below min(the aggregator's committed position, or what
+// the relay published when the aggregators read Kafka (in.Relayed), every
 // holding peer's cursor, the last event older than the horizon), the cell
 // outbox below min(every holding peer's cell cursor, the outbox sequence as
 // of the horizon), prunes dedupe entries whose newest event is older than the
-// horizon, and deletes idempotency records expired for longer than a minute.
+// horizon (not with in.Relayed), and deletes idempotency records expired for
+// longer than a minute.
 // Safe to call concurrently with everything but itself (the Retainer's loop
 // is its one caller).
 func (s *Store) Retain(ctx context.Context, in RetentionRound) (RetentionStats, error) {
@@ -181,10 +183,12 @@ func (s *Store) Retain(ctx context.Context, in RetentionRound) (RetentionStats, 
 		n, err := s.truncateOutbox(in, cutoff)
 		st.OutboxDeleted += n
 		errs = append(errs, err)
-		n, more, err := s.pruneDedupe(in, cutoff)
-		st.DedupeDeleted += n
-		st.More = st.More || more
-		errs = append(errs, err)
+		if in.PruneDedupe() {
+			n, more, err := s.pruneDedupe(in, cutoff)
+			st.DedupeDeleted += n
+			st.More = st.More || more
+			errs = append(errs, err)
+		}
 	}
 	n, scanned, more, err := s.sweepIdem(ctx, in)
 	st.IdemDeleted += n
@@ -207,7 +211,7 @@ func (s *Store) truncatePartition(ctx context.Context, p uint32, in RetentionRou
 		return 0, false, err
 	}
 	s.mu.Lock()
-	hi := min(agg, s.heads[p])
+	hi := min(in.LogBound(int(p), agg), s.heads[p])
 	fl := s.floors[p]
 	s.mu.Unlock()
 	for _, pc := range in.Peers {

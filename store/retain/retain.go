@@ -7,6 +7,8 @@ package retain
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -31,10 +33,35 @@ type Round struct {
 	// aggregators read another log, e.g. Kafka, whose positions are not this
 	// log's). Idempotency records expire either way.
 	Log bool
+	// Relayed, when not nil, says the aggregators read another log (Kafka)
+	// that a relay fills from this one: per partition, the source position
+	// that log holds a copy through (kafkalog.Log.Relayed; a partition past
+	// its end holds nothing). The log is then truncated below it instead of
+	// below the aggregators' positions, which are the other log's offsets.
+	// Dedupe state is not pruned then: a zombie relay's duplicate may reach
+	// the aggregators any time later (see pipeline's package doc), and
+	// dedupe holds one entry per edge, not per event.
+	Relayed []uint64
 	// Scan bounds the keys one round looks at per kind (default 4096): a round
 	// never holds the writer long, and a backlog is worked off over rounds.
 	Scan int
 }
+
+// LogBound is the position partition p's own consumer is done with: the
+// relayed position when the aggregators read another log, else agg (the
+// aggregator's committed position).
+func (r Round) LogBound(p int, agg uint64) uint64 {
+	if r.Relayed == nil {
+		return agg
+	}
+	if p < len(r.Relayed) {
+		return r.Relayed[p]
+	}
+	return 0
+}
+
+// PruneDedupe says whether dedupe state may be pruned this round.
+func (r Round) PruneDedupe() bool { return r.Log && r.Relayed == nil }
 
 // Stats is what rounds did (cumulative in a Loop).
 type Stats struct {
@@ -83,6 +110,10 @@ type Config struct {
 	Peers func() []replica.PeerCursor
 	// KeepLog disables log and outbox truncation and dedupe pruning (Round.Log).
 	KeepLog bool
+	// Relayed, when set, is asked at every round for Round.Relayed (the
+	// aggregators read Kafka); an error fails the round, which truncates
+	// nothing and is retried next interval.
+	Relayed func(ctx context.Context) ([]uint64, error)
 	// Scan bounds one round's keys per kind.
 	Scan int
 	// Enough, when set, is asked after round i (from 0) of an interval that
@@ -171,7 +202,18 @@ func (l *Loop) Step(ctx context.Context) (Stats, error) {
 	if l.cfg.Peers != nil {
 		in.Peers = l.cfg.Peers()
 	}
+	var rerr error
+	if in.Log && l.cfg.Relayed != nil {
+		if in.Relayed, rerr = l.cfg.Relayed(ctx); rerr != nil {
+			// Unknown bound: keep the log this round, expire the rest.
+			in.Log, in.Relayed = false, nil
+			rerr = fmt.Errorf("retain: the relayed positions (the log is kept this round): %w", rerr)
+		} else if in.Relayed == nil {
+			in.Relayed = []uint64{}
+		}
+	}
 	st, err := l.cfg.Retain(ctx, in)
+	err = errors.Join(rerr, err)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.st.add(st)

@@ -39,6 +39,14 @@
 // ahead of Kafka (written, then the produce lost) would be a gap, which is the
 // one thing this design must never do.
 //
+// Log.Relayed reads that position for every partition: the bound below
+// which the source store may truncate its log (store/retain's Round.Relayed;
+// the aggregators' own positions are offsets of this topic, not of the
+// source). Truncating there never loses an event: each has an acknowledged
+// copy in the topic, and a relay that starts later resumes after it (a
+// zombie relay still behind reads below the source's floor, fails, and
+// resumes from Kafka).
+//
 // Only one relay per region should run (the region's lease holder); a second
 // one, or a produce the broker applies after the relay gave up on it, only
 // adds duplicate records, which the next section makes harmless.

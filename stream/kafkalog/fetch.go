@@ -211,3 +211,56 @@ func (f *fetcher) bounds(ctx context.Context, p uint32) (start, end int64, err e
 	}
 	return start, end, nil
 }
+
+// lastPublished scans partition p backwards from its end for the last record
+// with a src-pos header.
+func (f *fetcher) lastPublished(ctx context.Context, p uint32) (pos uint64, wm int64, err error) {
+	start, end, err := f.bounds(ctx, p)
+	if err != nil {
+		return 0, 0, fmt.Errorf("kafkalog: offsets of %s/%d: %w", f.topic, p, err)
+	}
+	if end <= start {
+		if start > 0 {
+			return 0, 0, fmt.Errorf("kafkalog: %s/%d is empty but once held %d records (retention deleted them), "+
+				"so the relay's source position is lost; refusing to republish the whole source", f.topic, p, start)
+		}
+		return 0, 0, nil
+	}
+	window := int64(64)
+	hi := end
+	for hi > start {
+		lo := max(start, hi-window)
+		var found bool
+		for off := lo; off < hi; {
+			fr, err := f.fetch(ctx, p, off)
+			if err != nil {
+				return 0, 0, err
+			}
+			if len(fr.records) == 0 {
+				break
+			}
+			for _, rec := range fr.records {
+				if rec.Offset >= hi {
+					break
+				}
+				if ps, err := parseRecord(rec); err == nil && ps.hasSrc {
+					pos, found = max(pos, ps.srcPos), true
+					if ps.hasWM {
+						wm = max(wm, ps.wm)
+					}
+				}
+			}
+			off = fr.records[len(fr.records)-1].Offset + 1
+		}
+		if found {
+			return pos, wm, nil
+		}
+		hi = lo
+		window *= 4
+	}
+	if start > 0 {
+		return 0, 0, fmt.Errorf("kafkalog: %s/%d holds no relay record since log start %d; the relay's source position is lost",
+			f.topic, p, start)
+	}
+	return 0, 0, nil
+}

@@ -93,6 +93,29 @@ func (l *Log) Stats() LogStats {
 	return LogStats{Fetches: l.fetches.Load(), Heartbeats: l.heartbeats.Load(), Poisoned: l.poisoned.Load()}
 }
 
+// Relayed returns, per partition, the source position the relay published
+// through as Kafka holds it (the src-pos of the partition's last relay
+// record: acknowledged by every in-sync replica, so it survives the relay).
+// Every source event at or below it has a copy in the topic and a relay that
+// starts now resumes after it, so the source log is no longer needed there
+// for the aggregators: it is the bound under which a store may truncate its
+// own log when the aggregators read this topic (retain.Round.Relayed). A
+// partition whose position is lost (retention emptied it) is an error.
+func (l *Log) Relayed(ctx context.Context) ([]uint64, error) {
+	if l.closed.Load() {
+		return nil, fmt.Errorf("kafkalog: log closed")
+	}
+	out := make([]uint64, l.cfg.Partitions)
+	for p := range out {
+		pos, _, err := l.f.lastPublished(ctx, uint32(p))
+		if err != nil {
+			return nil, err
+		}
+		out[p] = pos
+	}
+	return out, nil
+}
+
 // Read implements pipeline.Log. Events are returned with their original item,
 // user, version and event time; Pos is the Kafka offset + 1. Head.Pos is the
 // partition's end (last stable offset) when the read scanned up to it, and

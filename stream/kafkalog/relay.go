@@ -2,6 +2,7 @@ package kafkalog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -249,6 +250,11 @@ func (r *Relay) step(ctx context.Context, rp *relayPart) (reached bool, err erro
 	}
 	evs, head, err := r.src.Read(ctx, rp.p, rp.pos, r.cfg.MaxBatch)
 	if err != nil {
+		if errors.Is(err, pipeline.ErrTruncated) {
+			// The source was truncated below what Kafka holds (Log.Relayed),
+			// so another relay published past us: reload from Kafka.
+			rp.resumed = false
+		}
 		return false, fmt.Errorf("kafkalog: relay read source partition %d after %d: %w", rp.p, rp.pos, err)
 	}
 	reached = len(evs) == 0 || evs[len(evs)-1].Pos >= head.Pos
@@ -335,7 +341,7 @@ func (r *Relay) StuckSince() (time.Time, bool) {
 // resume loads the partition's source position from the last record in Kafka
 // that carries a src-pos header.
 func (r *Relay) resume(ctx context.Context, rp *relayPart) error {
-	pos, wm, err := r.lastPublished(ctx, rp.p)
+	pos, wm, err := r.f.lastPublished(ctx, rp.p)
 	if err != nil {
 		return err
 	}
@@ -352,57 +358,4 @@ func (r *Relay) resume(ctx context.Context, rp *relayPart) error {
 	rp.wmPub.Store(wm)
 	rp.resumes.Add(1)
 	return nil
-}
-
-// lastPublished scans partition p backwards from its end for the last record
-// with a src-pos header.
-func (r *Relay) lastPublished(ctx context.Context, p uint32) (pos uint64, wm int64, err error) {
-	start, end, err := r.f.bounds(ctx, p)
-	if err != nil {
-		return 0, 0, fmt.Errorf("kafkalog: offsets of %s/%d: %w", r.cfg.Topic, p, err)
-	}
-	if end <= start {
-		if start > 0 {
-			return 0, 0, fmt.Errorf("kafkalog: %s/%d is empty but once held %d records (retention deleted them), "+
-				"so the relay's source position is lost; refusing to republish the whole source", r.cfg.Topic, p, start)
-		}
-		return 0, 0, nil
-	}
-	window := int64(64)
-	hi := end
-	for hi > start {
-		lo := max(start, hi-window)
-		var found bool
-		for off := lo; off < hi; {
-			fr, err := r.f.fetch(ctx, p, off)
-			if err != nil {
-				return 0, 0, err
-			}
-			if len(fr.records) == 0 {
-				break
-			}
-			for _, rec := range fr.records {
-				if rec.Offset >= hi {
-					break
-				}
-				if ps, err := parseRecord(rec); err == nil && ps.hasSrc {
-					pos, found = max(pos, ps.srcPos), true
-					if ps.hasWM {
-						wm = max(wm, ps.wm)
-					}
-				}
-			}
-			off = fr.records[len(fr.records)-1].Offset + 1
-		}
-		if found {
-			return pos, wm, nil
-		}
-		hi = lo
-		window *= 4
-	}
-	if start > 0 {
-		return 0, 0, fmt.Errorf("kafkalog: %s/%d holds no relay record since log start %d; the relay's source position is lost",
-			r.cfg.Topic, p, start)
-	}
-	return 0, 0, nil
 }

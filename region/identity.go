@@ -178,8 +178,13 @@ type identityHolder interface {
 	// write records id over the identity with data set prev ("" : none).
 	write(ctx context.Context, id Identity, prev string) error
 	// legacy reports whether the holder has data but no identity (made
-	// before identities existed).
+	// before identities existed); once an identity is written, whether it
+	// holds data beyond it.
 	legacy(ctx context.Context) (bool, error)
+	// prepare runs before a new identity is written, and before a bootstrap
+	// that wrote one without registering it is completed (bootstrap: its
+	// data set replaces the region's registered one).
+	prepare(ctx context.Context, bootstrap bool) error
 }
 
 // folderIdentity is a Pebble data folder's identity file.
@@ -195,10 +200,31 @@ func (f folderIdentity) write(_ context.Context, id Identity, _ string) error {
 
 func (f folderIdentity) legacy(context.Context) (bool, error) { return hasPebbleData(string(f)) }
 
+// prepare: nothing; a folder is one process's, and its store opens (and is
+// marked rebuilding) only after the check.
+func (f folderIdentity) prepare(context.Context, bool) error { return nil }
+
 // keyspaceIdentity is a Cassandra keyspace's identity (its meta row, written
 // by a lightweight transaction: of several processes of a region creating
-// one at once, one wins and the others read it).
-type keyspaceIdentity struct{ st *cassandra.Store }
+// one at once, one wins and the others read it). mark, before a new identity
+// is written, records the rebuilds it owes (cassandra's MarkRebuild): so
+// every other process of the region that reads the identity finds them and
+// refuses writes, instead of serving an empty keyspace until the creator
+// gets to marking them.
+type keyspaceIdentity struct {
+	st   *cassandra.Store
+	mark func(ctx context.Context, bootstrap bool) error
+}
+
+func (k keyspaceIdentity) prepare(ctx context.Context, bootstrap bool) error {
+	if k.mark == nil {
+		return nil
+	}
+	if err := k.mark(ctx, bootstrap); err != nil {
+		return fmt.Errorf("%w: mark the rebuild of %s: %v", ErrIdentity, k.where(), err)
+	}
+	return nil
+}
 
 func (k keyspaceIdentity) where() string { return "keyspace " + k.st.Keyspace() }
 
@@ -284,6 +310,10 @@ func checkIdentityOf(ctx context.Context, h identityHolder, region string, ds da
 			}
 			return dec, fmt.Errorf("%w: %s belongs to cluster %s, not this cluster %s", ErrIdentity, dir, id.Cluster, cluster)
 		case registered && reg.ID != id.DataSet:
+			if done, err := completeBootstrap(ctx, h, region, ds, id, reg.ID, bootstrap && noRebuild == "", now); done || err != nil {
+				dec.Identity, dec.Bootstrap = id, done
+				return dec, err
+			}
 			return dec, fmt.Errorf("%w: %s is data set %s of region %s, but the cluster records %s for it (the region was rebuilt elsewhere since: this folder is stale)",
 				ErrIdentity, dir, id.DataSet, region, reg.ID)
 		}
@@ -322,6 +352,11 @@ func checkIdentityOf(ctx context.Context, h identityHolder, region string, ds da
 		replace, dec.Bootstrap = reg.ID, true
 	}
 	id = Identity{Format: 1, Cluster: cluster, Region: region, DataSet: etcdepoch.NewID(), CreatedMs: now.UnixMilli()}
+	if !legacy { // a legacy database is adopted, not created: nothing to rebuild
+		if err := h.prepare(ctx, dec.Bootstrap); err != nil {
+			return dec, err
+		}
+	}
 	if err := h.write(ctx, id, ""); err != nil {
 		return dec, err
 	}
@@ -332,6 +367,32 @@ func checkIdentityOf(ctx context.Context, h identityHolder, region string, ds da
 	}
 	dec.Identity, dec.Created = id, !legacy
 	return dec, nil
+}
+
+// completeBootstrap finishes a bootstrap whose identity id was written but
+// whose data set was never registered over replace: its process failed in
+// between, or (a keyspace) another process of the region created the
+// identity a moment ago and is registering it now. Only with the bootstrap
+// flag (may: --bootstrap-from-peers, and the region can rebuild) and only
+// while the holder holds nothing but the identity: then registering id is
+// what that bootstrap was about to do (RegisterDataSet of the same id is
+// idempotent), and this process rebuilds as its creator does. Otherwise
+// (done false) the holder is stale.
+func completeBootstrap(ctx context.Context, h identityHolder, region string, ds dataSets, id Identity, replace string, may bool, now time.Time) (bool, error) {
+	if !may {
+		return false, nil
+	}
+	held, err := h.legacy(ctx)
+	if err != nil || held {
+		return false, err
+	}
+	if err := h.prepare(ctx, true); err != nil {
+		return false, err
+	}
+	if err := ds.RegisterDataSet(ctx, region, id.DataSet, replace, now); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // checkDataFolder runs checkIdentity for a region on the Pebble store, before
@@ -369,7 +430,7 @@ func (r *Region) checkKeyspace(ctx context.Context) error {
 	}
 	var dec IdentityDecision
 	for attempt := 0; ; attempt++ {
-		dec, err = checkIdentityOf(ctx, keyspaceIdentity{r.Cassandra}, r.cfg.Name, ds, r.cfg.Lifecycle.BootstrapFromPeers, r.noRebuild(), r.cfg.Clock.Now())
+		dec, err = checkIdentityOf(ctx, keyspaceIdentity{st: r.Cassandra, mark: r.markRebuildFirst}, r.cfg.Name, ds, r.cfg.Lifecycle.BootstrapFromPeers, r.noRebuild(), r.cfg.Clock.Now())
 		// Another process of the region recorded an identity meanwhile:
 		// check against that one.
 		if !errors.Is(err, cassandra.ErrIdentityChanged) || attempt == 2 {
@@ -379,8 +440,41 @@ func (r *Region) checkKeyspace(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The identity may be another process's, created a moment ago: it marked
+	// its rebuilds first, so read them now rather than from a copy taken at
+	// Open, before they existed.
+	if err := r.Cassandra.ReloadRebuild(ctx); err != nil {
+		return err
+	}
 	r.adoptIdentity(dec)
 	return nil
+}
+
+// markRebuildFirst marks the rebuilds a new keyspace identity owes before the
+// identity is written (keyspaceIdentity.mark): for a bootstrap, and for a
+// region joining the cluster, as startRebuild does after the check.
+func (r *Region) markRebuildFirst(ctx context.Context, bootstrap bool) error {
+	if !bootstrap && r.regStates[r.cfg.Name] != epoch.StateJoining {
+		return nil
+	}
+	return r.Cassandra.MarkRebuild(ctx, r.rebuildPeers())
+}
+
+// rebuildPeers are the peers a rebuild of this region waits for: with a
+// registry, only regions that hold state send a rebuild snapshot (not a
+// retired one: it runs no more; not another joining one; not a name never
+// added).
+func (r *Region) rebuildPeers() []string {
+	if r.cfg.Cluster == nil {
+		return nil
+	}
+	var peers []string
+	for _, p := range r.cfg.Cluster.Regions {
+		if st := r.regStates[p]; p != r.cfg.Name && (r.regStates == nil || (st.Ships() && st != epoch.StateJoining)) {
+			peers = append(peers, p)
+		}
+	}
+	return peers
 }
 
 // clusterDataSets is the etcd directory the identity check registers data
@@ -457,15 +551,7 @@ func (r *Region) startRebuild(ctx context.Context) error {
 	if (!r.identity.Bootstrap && !joining) || r.cfg.Cluster == nil {
 		return nil
 	}
-	var peers []string
-	for _, p := range r.cfg.Cluster.Regions {
-		// With a registry, only regions that hold state send a rebuild
-		// snapshot: not a retired one (it runs no more), not another joining
-		// one, not a name never added.
-		if st := r.regStates[p]; p != r.cfg.Name && (r.regStates == nil || (st.Ships() && st != epoch.StateJoining)) {
-			peers = append(peers, p)
-		}
-	}
+	peers := r.rebuildPeers()
 	if err := mark(peers); err != nil {
 		return fmt.Errorf("%w: %v", ErrIdentity, err)
 	}

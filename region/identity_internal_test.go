@@ -132,3 +132,86 @@ func TestIdentityHostileFile(t *testing.T) {
 		}
 	}
 }
+
+// memHolder is an identity holder in memory that records what was done to
+// it, in order.
+type memHolder struct {
+	id    *Identity
+	data  bool
+	steps []string
+}
+
+var _ identityHolder = (*memHolder)(nil)
+
+func (m *memHolder) where() string { return "mem" }
+
+func (m *memHolder) read(context.Context) (Identity, bool, error) {
+	if m.id == nil {
+		return Identity{}, false, nil
+	}
+	return *m.id, true, nil
+}
+
+func (m *memHolder) write(_ context.Context, id Identity, prev string) error {
+	if (m.id == nil) != (prev == "") || (m.id != nil && m.id.DataSet != prev) {
+		return errors.New("identity changed")
+	}
+	m.steps = append(m.steps, "write")
+	m.id = &id
+	return nil
+}
+
+func (m *memHolder) legacy(context.Context) (bool, error) { return m.data, nil }
+
+func (m *memHolder) prepare(_ context.Context, bootstrap bool) error {
+	m.steps = append(m.steps, map[bool]string{true: "prepare bootstrap", false: "prepare"}[bootstrap])
+	return nil
+}
+
+// TestIdentityBootstrapOrderAndCompletion: a bootstrap prepares (a keyspace:
+// marks its rebuilds) before its identity becomes visible; one whose
+// identity was written but not registered (its process died in between, or
+// another node of the region is registering it right now) is completed by
+// the next start with --bootstrap-from-peers while the holder holds nothing
+// else, and refused as stale otherwise.
+func TestIdentityBootstrapOrderAndCompletion(t *testing.T) {
+	ctx, now := context.Background(), time.Unix(1_700_000_000, 0)
+	ds := newFakeDataSets()
+	ds.sets["us"] = etcdepoch.NewID() // the lost data set
+	old := ds.sets["us"]
+	h := &memHolder{}
+	dec, err := checkIdentityOf(ctx, h, "us", ds, true, "", now)
+	if err != nil || !dec.Bootstrap || strings.Join(h.steps, ",") != "prepare bootstrap,write" {
+		t.Fatalf("bootstrap: %+v %v, steps %v", dec, err, h.steps)
+	}
+	// The same identity, never registered: a second node (or the restart)
+	// completes it.
+	ds.sets["us"] = old
+	for name, tc := range map[string]struct {
+		bootstrap bool
+		noRebuild string
+		data      bool
+	}{
+		"without the flag":   {false, "", false},
+		"cannot rebuild":     {true, "aggregators on Kafka", false},
+		"holds data already": {true, "", true},
+	} {
+		h2 := &memHolder{id: h.id, data: tc.data}
+		if _, err := checkIdentityOf(ctx, h2, "us", ds, tc.bootstrap, tc.noRebuild, now); !errors.Is(err, ErrIdentity) || !strings.Contains(err.Error(), "stale") {
+			t.Errorf("%s: %v, want the stale refusal", name, err)
+		}
+		if ds.sets["us"] != old || len(h2.steps) != 0 {
+			t.Errorf("%s: registered %s, steps %v: a refusal must change nothing", name, ds.sets["us"], h2.steps)
+		}
+	}
+	h2 := &memHolder{id: h.id}
+	dec2, err := checkIdentityOf(ctx, h2, "us", ds, true, "", now)
+	if err != nil || !dec2.Bootstrap || dec2.Identity != *h.id || ds.sets["us"] != h.id.DataSet || strings.Join(h2.steps, ",") != "prepare bootstrap" {
+		t.Fatalf("completion: %+v %v, registered %s, steps %v", dec2, err, ds.sets["us"], h2.steps)
+	}
+	// Registered now: every later start is an ordinary restart.
+	h3 := &memHolder{id: h.id, data: true}
+	if dec3, err := checkIdentityOf(ctx, h3, "us", ds, true, "", now); err != nil || dec3.Bootstrap || len(h3.steps) != 0 {
+		t.Fatalf("restart: %+v %v, steps %v", dec3, err, h3.steps)
+	}
+}

@@ -501,9 +501,18 @@
 // process; across processes the position row might go back, which Position's
 // max with the floor makes harmless. Not covered: aggregators reading Kafka
 // (their positions are offsets of the topic, not of this log: region refuses
-// a rebuild unless --log store); several processes of a region bootstrapping
-// one empty keyspace at the same moment (one identity wins the LWT; a loser
-// may be refused as stale and is simply started again).
+// a rebuild unless --log store).
+//
+// Several processes of a region bootstrapping one empty keyspace at once
+// (region's identity.go): each marks the rebuilds (rebuilds rows) before it
+// tries to write the identity, and one identity wins the LWT. A loser reads
+// the winner's; if etcd does not record it yet (the winner is registering
+// it, or died before it could), the loser, having the flag and finding the
+// keyspace empty but for the identity, registers the same data set itself
+// (idempotent) and rebuilds too. Every process then reads the rebuild rows
+// again (ReloadRebuild) rather than trusting its copy from Open, which may
+// predate them; since they were written before the identity it read, it
+// refuses writes from its first request until the rebuild finishes.
 //
 // # LWT contention limits
 //

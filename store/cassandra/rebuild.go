@@ -105,6 +105,15 @@ func (s *Store) loadRebuild(ctx context.Context) (map[string]bool, error) {
 	return m, nil
 }
 
+// ReloadRebuild reads the pending rebuilds now, not at most rebuildRefresh
+// later: a process that adopted a keyspace identity another process of its
+// region just created (that one marked its rebuilds before it wrote the
+// identity) must refuse writes from the start.
+func (s *Store) ReloadRebuild(ctx context.Context) error {
+	_, err := s.loadRebuild(ctx)
+	return err
+}
+
 // Rebuilding lists the peers a rebuild still waits for, as this process
 // last read them (at most rebuildRefresh old; a stale copy is refreshed in
 // the background, so a call never waits on Cassandra).

@@ -283,8 +283,9 @@ func (r *Region) openStore(ctx context.Context) error {
 		st, err := cassandra.Open(ctx, cassandra.Options{
 			Session: sess, Keyspace: c.Keyspace, Region: cfg.Name, Partitions: cfg.Partitions, Clock: cfg.Clock,
 			Consistency: cons, Serial: serial, IssueEvery: cassandraIssueEvery,
-			OnError: func(err error) { r.log.Warn("cassandra background work failed; retrying", "err", err) },
-			Logger:  r.log,
+			ForeignPositions: cfg.Engines.Log == LogKafka,
+			OnError:          func(err error) { r.log.Warn("cassandra background work failed; retrying", "err", err) },
+			Logger:           r.log,
 		})
 		if errors.Is(err, cassandra.ErrOtherKeyspace) {
 			sess.Close()

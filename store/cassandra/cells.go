@@ -24,6 +24,9 @@ func (s *Store) Position(ctx context.Context, part uint32) (uint64, int64, error
 	var fl uint64
 	err := parallel(2, func(i int) error {
 		if i == 1 {
+			if s.opts.ForeignPositions {
+				return nil // fl stays 0: the floor is not in the positions' space
+			}
 			var err error
 			fl, err = s.logFloor(ctx, part)
 			return err

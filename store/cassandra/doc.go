@@ -390,9 +390,12 @@
 // whole when the aggregators read Kafka (no pruning then); so pruning
 // follows the rounds.
 //
-// Aggregators on Kafka (--log kafka): their positions and the cells' HWMs
-// are the topic's offsets, so a partition is cut below what the relay
-// published there instead (RetentionRound.Relayed, read from Kafka at every
+// Aggregators on Kafka (--log kafka, Options.ForeignPositions): their
+// positions and the cells' HWMs are the topic's offsets, so Position answers
+// the committed position alone (with the store's log it answers at least the
+// floor, for the rebuild's raise: a floor in outbox positions would make an
+// aggregator behind it in topic offsets jump ahead), and a partition is cut
+// below what the relay published there instead (RetentionRound.Relayed, read from Kafka at every
 // round: kafkalog.Log.Relayed), with the peers' cursors and the horizon as
 // above; the feed is cut as above. Every event at or below that position has
 // a copy in the topic, and a relay resumes after it, so no reader of this log

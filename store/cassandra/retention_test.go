@@ -1,6 +1,7 @@
 package cassandra_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,18 +29,29 @@ type retFixture struct {
 	st   *cassandra.Store
 	aggs []*pipeline.Aggregator
 	n    int
+	scan int // Round.Scan of retain (default 16: many bounded rounds)
 }
 
 func newRetFixture(t *testing.T, region string, parts int) *retFixture {
+	t.Helper()
+	return newRetFixtureWith(t, region, parts, nil)
+}
+
+// newRetFixtureWith is newRetFixture with opt changing the store's options.
+func newRetFixtureWith(t *testing.T, region string, parts int, opt func(*cassandra.Options)) *retFixture {
 	t.Helper()
 	f := &retFixture{t: t, ctx: context.Background(), clk: clock.NewFake(time.UnixMilli(t0))}
 	ks := cassandra.FreshKeyspace(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	st, err := cassandra.Open(ctx, cassandra.Options{
+	o := cassandra.Options{
 		Session: cassandra.SharedSession(t), Keyspace: ks, Region: region, Partitions: parts, Clock: f.clk,
 		SweepEvery: -1, OnError: func(err error) { t.Logf("background: %v", err) },
-	})
+	}
+	if opt != nil {
+		opt(&o)
+	}
+	st, err := cassandra.Open(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +95,7 @@ func (f *retFixture) retainRelayed(relayed []uint64, peers ...replica.PeerCursor
 	f.t.Helper()
 	var total cassandra.RetentionStats
 	for i := 0; i < 100; i++ {
-		st, err := f.st.Retain(f.ctx, cassandra.RetentionRound{Now: f.clk.Now(), Horizon: 7 * day, Peers: peers, Log: true, Relayed: relayed, Scan: 16})
+		st, err := f.st.Retain(f.ctx, cassandra.RetentionRound{Now: f.clk.Now(), Horizon: 7 * day, Peers: peers, Log: true, Relayed: relayed, Scan: cmp.Or(f.scan, 16)})
 		if err != nil {
 			f.t.Fatal(err)
 		}
@@ -258,6 +270,32 @@ func TestRetentionBelowRelayed(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		if n := f.count(fmt.Sprintf("i%d", i)); n != 5 {
 			t.Fatalf("count of i%d = %d, want 5", i, n)
+		}
+	}
+}
+
+// TestRetentionFloorIsNotAKafkaPosition: with the aggregators on Kafka
+// (Options.ForeignPositions) a floor raised in this log's positions never
+// becomes an aggregator position: an aggregator that committed fewer topic
+// offsets than the outbox floor must resume where it is, not jump ahead and
+// skip the events in between.
+func TestRetentionFloorIsNotAKafkaPosition(t *testing.T) {
+	for _, foreign := range []bool{false, true} {
+		f := newRetFixtureWith(t, "r1", 1, func(o *cassandra.Options) { o.ForeignPositions = foreign })
+		for i := 0; i < 10; i++ {
+			f.write("i", fmt.Sprintf("u%d", i), crdt.Liked)
+		}
+		head := f.head(0)
+		f.clk.Advance(8 * day)
+		if st := f.retainRelayed([]uint64{head}); st.LogFloors[0] != head {
+			t.Fatalf("foreign %v: floor %d, want %d", foreign, st.LogFloors[0], head)
+		}
+		pos, _, err := f.st.Position(f.ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]uint64{false: head, true: 0}[foreign]; pos != want {
+			t.Fatalf("foreign positions %v: Position %d, want %d", foreign, pos, want)
 		}
 	}
 }

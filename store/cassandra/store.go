@@ -91,6 +91,12 @@ type Options struct {
 	// Logger receives one line per change of write health (default
 	// slog.Default()).
 	Logger *slog.Logger
+	// ForeignPositions says the aggregators read another log that a relay
+	// fills from this one (Kafka): their positions and the cells' HWMs are
+	// that log's offsets, so Position answers the committed position alone,
+	// never at least this log's truncation floor (which retention raises in
+	// this log's own positions; see doc.go, "Retention").
+	ForeignPositions bool
 }
 
 // Store is one region's Cassandra backend. It implements edge.Store,

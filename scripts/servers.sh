@@ -6,6 +6,8 @@
 #   scripts/servers.sh down [NAME...]                          (none named: all)
 #   scripts/servers.sh env      prints `export LIKES_TEST_…=…` for the servers up
 #   scripts/servers.sh status   one line per server
+#   scripts/servers.sh nodetool ARGS...   Cassandra's nodetool against the server up
+#                                         (e.g. flush KEYSPACE, tablestats KEYSPACE)
 #
 # Installs what is missing, and only that: etcd-server and redis-server with
 # apt-get (one `apt-get update` per run, only when something is missing); Kafka
@@ -599,8 +601,28 @@ cmd_status() {
 	done
 }
 
+# cmd_nodetool runs Cassandra's nodetool (in the cassandra-all jar) over JMX
+# against the server up, with the module flags Java 11+ needs and its logging
+# sent to stderr at WARN.
+cmd_nodetool() {
+	local lib=$SERVERS_HOME/cassandra/lib conf=$SERVERS_HOME/nodetool-logback.xml
+	[[ -d $lib ]] || die "nodetool: Cassandra is not installed ($lib missing): scripts/servers.sh up cassandra"
+	cat >"$conf" <<EOF
+<configuration>
+  <appender name="ERR" class="ch.qos.logback.core.ConsoleAppender"><target>System.err</target>
+    <encoder><pattern>%msg%n</pattern></encoder></appender>
+  <root level="WARN"><appender-ref ref="ERR"/></root>
+</configuration>
+EOF
+	local flags=() m
+	for m in jdk.internal.misc jdk.internal.ref; do flags+=(--add-exports "java.base/$m=ALL-UNNAMED"); done
+	for m in sun.nio.ch java.nio jdk.internal.ref java.lang; do flags+=(--add-opens "java.base/$m=ALL-UNNAMED"); done
+	exec java "${flags[@]}" "-Dlogback.configurationFile=$conf" -cp "$lib/*" \
+		org.apache.cassandra.tools.NodeTool -h 127.0.0.1 -p "$CASSANDRA_JMX_PORT" "$@"
+}
+
 usage() {
-	sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
 
@@ -609,6 +631,8 @@ main() {
 	local cmd=$1
 	shift
 	mkdir -p "$RUN"
+	# nodetool changes no server's process: no lock (it may run beside `up`).
+	[[ $cmd != nodetool ]] || cmd_nodetool "$@"
 	# One invocation at a time changes the servers.
 	LOCKFD=
 	exec {LOCKFD}>"$SERVERS_HOME/.lock"

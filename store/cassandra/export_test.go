@@ -199,3 +199,11 @@ func (s *Store) DedupeRows(ctx context.Context) (int, error) {
 	}
 	return n, it.Close()
 }
+
+// TableRows counts the rows of one of the keyspace's tables (a full scan:
+// small test tables only).
+func (s *Store) TableRows(ctx context.Context, table string) (int, error) {
+	var n int64
+	err := s.read(ctx, "SELECT COUNT(*) FROM "+s.opts.Keyspace+"."+table).Scan(&n)
+	return int(n), err
+}

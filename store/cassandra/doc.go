@@ -395,9 +395,9 @@
 // the committed position alone (with the store's log it answers at least the
 // floor, for the rebuild's raise: a floor in outbox positions would make an
 // aggregator behind it in topic offsets jump ahead), and a partition is cut
-// below what the relay published there instead (RetentionRound.Relayed, read from Kafka at every
-// round: kafkalog.Log.Relayed), with the peers' cursors and the horizon as
-// above; the feed is cut as above. Every event at or below that position has
+// below what the relay published there instead (RetentionRound.Relayed,
+// read from Kafka at every round: kafkalog.Log.Relayed), with the peers'
+// cursors and the horizon as above; the feed is cut as above. Every event at or below that position has
 // a copy in the topic, and a relay resumes after it, so no reader of this log
 // but the holding peers needs it again. Dedupe rows are not pruned then: a
 // zombie relay (a paused node) may publish a copy of an old event at any

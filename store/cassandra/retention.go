@@ -73,9 +73,10 @@ type RetentionStats = retain.Stats
 // (in.Relayed), every holding peer's cursor, the last event older than the
 // horizon), the cell-change feed below min(every holding peer's cell cursor,
 // the last entry older than the horizon), and prunes dedupe rows whose newest
-// event is older than the horizon (not with in.Relayed). Safe beside every other call and other
-// processes; not safe concurrently with itself (the Retainer's loop is its
-// one caller in a process; two processes' rounds only repeat deletes).
+// event is older than the horizon (not with in.Relayed). Safe beside every
+// other call and other processes; not safe concurrently with itself (the
+// Retainer's loop is its one caller in a process; two processes' rounds only
+// repeat deletes).
 func (s *Store) Retain(ctx context.Context, in RetentionRound) (RetentionStats, error) {
 	var st RetentionStats
 	if in.Horizon <= 0 {
@@ -115,10 +116,13 @@ func (s *Store) Retain(ctx context.Context, in RetentionRound) (RetentionStats, 
 				hi = min(hi, pc.Cursor.Cells)
 			}
 		} else {
-			agg, _, err := s.Position(ctx, part)
-			if err != nil {
-				errs[i] = err
-				return nil
+			var agg uint64
+			if in.Relayed == nil { // else the aggregators' positions are topic offsets, unused
+				var err error
+				if agg, _, err = s.Position(ctx, part); err != nil {
+					errs[i] = err
+					return nil
+				}
 			}
 			hi = in.LogBound(i, agg)
 			for _, pc := range in.Peers {

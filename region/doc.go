@@ -37,6 +37,14 @@
 // cursors and from asOf, while their cells stay in every count and in
 // reconciliation.
 //
+// Rebuilding from peers (identity.go): a bootstrapped data set carries a
+// position base (its creation time in ms << 20, in the identity file or the
+// keyspace's meta row) that the Kafka log adds to every topic position; with
+// --log kafka, raiseRebuildBase raises the empty log to it and the
+// aggregators past the topic's old records before anything serves, so the
+// peers' cursors and the adopted cells' HWMs (all of the lost data set) are
+// below every new position, whether the topic is the old one or a new one.
+//
 // Every region also runs a background reconciler (one loop, ReconcileRate
 // items per second; reconciler.go says how it tells a real drift from writes
 // in flight) and exports its metrics on Registry without sentinel values

@@ -305,6 +305,7 @@ func (r *Region) openStore(ctx context.Context) error {
 		po := pebblestore.Options{
 			Dir: filepath.Join(cfg.DataDir, cfg.Name), Region: cfg.Name, Partitions: cfg.Partitions, Clock: cfg.Clock,
 			MinFreeBytes: cfg.MinFreeBytes, MinFreeFraction: cfg.MinFreeFraction, Logger: r.log,
+			ForeignPositions: cfg.Engines.Log == LogKafka,
 		}
 		if full := cfg.knobs().DiskFull; full != nil {
 			po.MinFreeBytes = max(po.MinFreeBytes, 1)
@@ -384,13 +385,26 @@ func (r *Region) openLog(ctx context.Context) error {
 		r.aggLog = r.Backend
 		return nil
 	}
+	if err := r.openKafkaLog(ctx); err != nil {
+		return err
+	}
+	r.aggLog = r.KafkaLog
+	return r.startRelay(ctx)
+}
+
+// openKafkaLog opens the Kafka topic the aggregators read (once: a rebuild
+// opens it before the pipeline, raiseRebuildBase).
+func (r *Region) openKafkaLog(ctx context.Context) error {
+	if r.KafkaLog != nil {
+		return nil
+	}
 	kc := r.kafkaConfig()
 	l, err := kafkalog.NewLog(ctx, kc)
 	if err != nil {
 		return fmt.Errorf("region: Kafka log %s at %s: %w", kc.Topic, strings.Join(kc.Brokers, ","), err)
 	}
-	r.KafkaLog, r.aggLog = l, l
-	return r.startRelay(ctx)
+	r.KafkaLog = l
+	return nil
 }
 
 func (r *Region) kafkaConfig() kafkalog.Config {
@@ -398,6 +412,7 @@ func (r *Region) kafkaConfig() kafkalog.Config {
 	return kafkalog.Config{
 		Brokers: k.Brokers, Topic: k.Topic, Partitions: r.Backend.Partitions(), ReplicationFactor: k.ReplicationFactor,
 		RelayPartitions: r.ownedParts(),
+		PositionBase:    r.identity.Identity.PositionBase,
 		ClientID:        "likes-" + r.cfg.Name,
 		PollInterval:    k.PollInterval, HeartbeatInterval: k.HeartbeatInterval,
 		Opts:    append(kafkaTLS(k.TLS), r.kafkaM.Opt()),

@@ -20,6 +20,7 @@ import (
 	"github.com/likes-dev/likes/store/cassandra"
 	"github.com/likes-dev/likes/store/pebblestore"
 	"github.com/likes-dev/likes/store/retain"
+	"github.com/likes-dev/likes/stream/kafkalog"
 )
 
 // Lifecycle configures the region's bounded state and its data folder's
@@ -60,7 +61,17 @@ type Identity struct {
 	// DataSet is this folder's id, registered in etcd for the region.
 	DataSet   string `json:"dataSet"`
 	CreatedMs int64  `json:"createdMs"`
+	// PositionBase is added to every position of the Kafka topic the
+	// aggregators read (kafkalog's Config.PositionBase): 0 for an original
+	// data set; a bootstrapped one's creation time in ms << 20, above every
+	// position an earlier data set of the region reached (a partition takes
+	// fewer than 2^20 events a millisecond), so no cell HWM adopted from the
+	// peers hides a new event, whether the topic is the old one or new.
+	PositionBase uint64 `json:"positionBase,omitempty"`
 }
+
+// positionBase is a bootstrapped data set's PositionBase.
+func positionBase(now time.Time) uint64 { return uint64(now.UnixMilli()) << 20 }
 
 func (id Identity) validate() error {
 	if id.Format != 1 {
@@ -76,6 +87,9 @@ func (id Identity) validate() error {
 	}
 	if err := etcdepoch.ValidID(id.DataSet); err != nil {
 		return fmt.Errorf("data set: %w", err)
+	}
+	if id.PositionBase > kafkalog.MaxPositionBase {
+		return fmt.Errorf("position base %d is above %d", id.PositionBase, uint64(kafkalog.MaxPositionBase))
 	}
 	return nil
 }
@@ -233,7 +247,7 @@ func (k keyspaceIdentity) read(ctx context.Context) (Identity, bool, error) {
 	if err != nil || ki.DataSet == "" {
 		return Identity{}, false, err
 	}
-	id := Identity{Format: 1, Cluster: ki.Cluster, Region: ki.Region, DataSet: ki.DataSet, CreatedMs: ki.CreatedMs}
+	id := Identity{Format: 1, Cluster: ki.Cluster, Region: ki.Region, DataSet: ki.DataSet, CreatedMs: ki.CreatedMs, PositionBase: ki.PositionBase}
 	if err := id.validate(); err != nil {
 		return Identity{}, false, fmt.Errorf("%w: %s: %v", ErrIdentity, k.where(), err)
 	}
@@ -244,7 +258,7 @@ func (k keyspaceIdentity) write(ctx context.Context, id Identity, prev string) e
 	if err := id.validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrIdentity, err)
 	}
-	return k.st.SetIdentity(ctx, id.Cluster, id.DataSet, prev)
+	return k.st.SetIdentity(ctx, id.Cluster, id.DataSet, id.PositionBase, prev)
 }
 
 func (k keyspaceIdentity) legacy(ctx context.Context) (bool, error) { return k.st.HoldsData(ctx) }
@@ -352,6 +366,9 @@ func checkIdentityOf(ctx context.Context, h identityHolder, region string, ds da
 		replace, dec.Bootstrap = reg.ID, true
 	}
 	id = Identity{Format: 1, Cluster: cluster, Region: region, DataSet: etcdepoch.NewID(), CreatedMs: now.UnixMilli()}
+	if dec.Bootstrap {
+		id.PositionBase = positionBase(now)
+	}
 	if !legacy { // a legacy database is adopted, not created: nothing to rebuild
 		if err := h.prepare(ctx, dec.Bootstrap); err != nil {
 			return dec, err
@@ -406,7 +423,7 @@ func (r *Region) checkDataFolder(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	dec, err := checkIdentityOf(ctx, folderIdentity(filepath.Join(cfg.DataDir, cfg.Name)), cfg.Name, ds, cfg.Lifecycle.BootstrapFromPeers, r.noRebuild(), cfg.Clock.Now())
+	dec, err := checkIdentityOf(ctx, folderIdentity(filepath.Join(cfg.DataDir, cfg.Name)), cfg.Name, ds, cfg.Lifecycle.BootstrapFromPeers, "", cfg.Clock.Now())
 	if err != nil {
 		return err
 	}
@@ -430,7 +447,7 @@ func (r *Region) checkKeyspace(ctx context.Context) error {
 	}
 	var dec IdentityDecision
 	for attempt := 0; ; attempt++ {
-		dec, err = checkIdentityOf(ctx, keyspaceIdentity{st: r.Cassandra, mark: r.markRebuildFirst}, r.cfg.Name, ds, r.cfg.Lifecycle.BootstrapFromPeers, r.noRebuild(), r.cfg.Clock.Now())
+		dec, err = checkIdentityOf(ctx, keyspaceIdentity{st: r.Cassandra, mark: r.markRebuildFirst}, r.cfg.Name, ds, r.cfg.Lifecycle.BootstrapFromPeers, "", r.cfg.Clock.Now())
 		// Another process of the region recorded an identity meanwhile:
 		// check against that one.
 		if !errors.Is(err, cassandra.ErrIdentityChanged) || attempt == 2 {
@@ -498,26 +515,60 @@ func (r *Region) clusterDataSets(ctx context.Context) (dataSets, error) {
 	return dir, nil
 }
 
-// noRebuild says why this region could not rebuild from its peers ("": it
-// can). The rebuild raises the aggregators' positions past the peers'
-// cursors of the store's log and the adopted cells' HWMs; positions in a
-// Kafka topic are offsets of another sequence, which a raise would corrupt.
-// (A region joining the cluster is not refused: it has no log and no cells
-// of its own anywhere yet, its peers' cursors for it are 0, so its rebuild
-// raises nothing and its aggregators may read Kafka.)
-func (r *Region) noRebuild() string {
-	if r.cfg.Engines.Log != LogStore {
-		return fmt.Sprintf("a rebuild needs the aggregators on the store's own log (--log store), not %q", r.cfg.Engines.Log)
-	}
-	return ""
-}
-
 func (r *Region) adoptIdentity(dec IdentityDecision) {
 	if dec.Bootstrap {
 		r.log.Warn("bootstrapping an empty data folder or keyspace: the region's earlier data set is replaced; it rebuilds from its peers",
 			"dataSet", dec.Identity.DataSet)
 	}
 	r.identity = dec
+}
+
+// raiseRebuildBase starts a rebuild with the aggregators on Kafka, before
+// anything serves (the stores' RaiseRebuildBase): the log rises to the data
+// set's position base and the aggregators' positions past the topic's old
+// records (the lost data set's; the adopted cells hold what of them was
+// counted), so the peers' cursors and the adopted cells' HWMs, all of the
+// lost data set, are below every new position in both. A joining region
+// has nothing anywhere to pass (base 0: nothing to raise). A store rebuilding
+// on a data set without a base (a folder restored from a backup) is
+// refused: its log holds events the aggregators may not have read from the
+// topic, and only an empty log can rise above its peers' cursors here.
+func (r *Region) raiseRebuildBase(ctx context.Context) error {
+	if r.cfg.Engines.Log != LogKafka {
+		return nil
+	}
+	var (
+		rebuilding []string
+		raise      func(context.Context, uint64, []uint64) error
+	)
+	switch {
+	case r.Store != nil:
+		rebuilding, raise = r.Store.Rebuilding(), r.Store.RaiseRebuildBase
+	case r.Cassandra != nil:
+		rebuilding, raise = r.Cassandra.Rebuilding(), r.Cassandra.RaiseRebuildBase
+	}
+	if len(rebuilding) == 0 {
+		return nil
+	}
+	base := r.identity.Identity.PositionBase
+	if base == 0 {
+		if r.regStates[r.cfg.Name] == epoch.StateJoining {
+			return nil
+		}
+		return fmt.Errorf("%w: the store is rebuilding from %s, but its data set has no position base (restored from a backup?): with --log kafka a region rebuilds only on an empty data folder or keyspace (--bootstrap-from-peers); run a restored folder with --log store",
+			ErrIdentity, strings.Join(rebuilding, ","))
+	}
+	if err := r.openKafkaLog(ctx); err != nil {
+		return err
+	}
+	ends, err := r.KafkaLog.EndPositions(ctx)
+	if err != nil {
+		return fmt.Errorf("region: read the Kafka topic's end before the rebuild: %w", err)
+	}
+	if err := raise(ctx, base, ends); err != nil {
+		return fmt.Errorf("region: raise the log to the data set's position base %d: %w", base, err)
+	}
+	return nil
 }
 
 // startRebuild marks a bootstrapped store as rebuilding from every peer (the

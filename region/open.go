@@ -48,6 +48,10 @@ func Open(ctx context.Context, cfg Config) (*Region, error) {
 		_ = r.Close()
 		return nil, err
 	}
+	if err := r.raiseRebuildBase(ctx); err != nil {
+		_ = r.Close()
+		return nil, err
+	}
 	o := &opening{r: r, cfg: cfg, log: log, authority: edge.StaticAuthority(1), regions: []string{cfg.Name}}
 	for _, step := range []func(context.Context) error{
 		o.openCaches, o.joinCluster, o.openWritePath, o.startPipeline, o.startRetention, o.startEraser, o.openCounts, o.openAPI,

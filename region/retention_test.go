@@ -106,14 +106,17 @@ func checkRegionRetention(t *testing.T, cfg region.Config) {
 	}
 	var floors uint64
 	for p := 0; p < cfg.Partitions; p++ {
-		var fl uint64
+		var (
+			fl  uint64
+			err error
+		)
 		if r.Cassandra != nil {
-			var err error
-			if fl, err = r.Cassandra.LogFloor(ctx, uint32(p)); err != nil {
-				t.Fatal(err)
-			}
+			fl, err = r.Cassandra.LogFloor(ctx, uint32(p))
 		} else {
-			fl = r.Store.LogFloor(uint32(p))
+			fl, err = r.Store.LogFloor(ctx, uint32(p))
+		}
+		if err != nil {
+			t.Fatal(err)
 		}
 		floors += fl
 	}

@@ -65,7 +65,7 @@ func shipSnapshots(t *testing.T, maxProto int, method string) {
 		}
 		clk.Advance(25 * time.Hour)
 	}
-	if src.LogFloor(0) == 0 {
+	if fl, _ := src.LogFloor(context.Background(), 0); fl == 0 {
 		t.Fatal("the log was not truncated")
 	}
 	behind, rebuilding := open("us"), open("ap")

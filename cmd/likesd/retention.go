@@ -42,7 +42,7 @@ func (r *retentionFlag) Set(v string) error {
 func (l *lifecycleFlags) register(fs *flag.FlagSet) {
 	l.retention.d = pebblestore.DefaultRetention
 	fs.Var(&l.retention, "log-retention", "retention horizon of the store (Pebble or Cassandra): the log and cell outbox are truncated below every aggregator's position (with --log kafka: what the relay published to the topic), every live peer's acknowledged cursor and this age; dedupe state older is pruned (not with --log kafka); expired idempotency records are swept (0: keep everything)")
-	fs.BoolVar(&l.bootstrap, "bootstrap-from-peers", false, "start on an empty data folder (--store pebble) or a freshly migrated, empty keyspace (--store cassandra; needs --log store) although the cluster records state for this region (its data was lost): register the new folder or keyspace and rebuild it from the peers")
+	fs.BoolVar(&l.bootstrap, "bootstrap-from-peers", false, "start on an empty data folder (--store pebble) or a freshly migrated, empty keyspace (--store cassandra) although the cluster records state for this region (its data was lost): register the new folder or keyspace and rebuild it from the peers")
 }
 
 // config is the region.Lifecycle the flags say.

@@ -502,9 +502,29 @@
 // retention does not walk every chunk up to it). Every step only raises, so
 // a mark applied again changes nothing. Finishes are serialized within a
 // process; across processes the position row might go back, which Position's
-// max with the floor makes harmless. Not covered: aggregators reading Kafka
-// (their positions are offsets of the topic, not of this log: region refuses
-// a rebuild unless --log store).
+// max with the floor makes harmless.
+//
+// With the aggregators on Kafka (--log kafka) the cells' HWMs and the
+// positions are the topic's, so neither may be compared with or raised to
+// this log's. The rebuilt data set has a fixed position base B (region's
+// identity.go: its creation time in ms << 20, stored in the meta row,
+// position_base), added by kafkalog to every topic position, and above
+// every position of the lost data set in this log and in the topic (a
+// partition takes fewer than 2^20 events a millisecond). Before the region
+// serves, RaiseRebuildBase raises every log partition's head and floor to B
+// (the log is empty: raiseStream refuses a log holding events here) and
+// every aggregator position still below B to B + the topic's end, skipping
+// the old records (the lost data set's: the adopted cells hold what of them
+// was counted). Then every peer cursor (of the lost log) is below every new
+// log position, every adopted HWM below every new topic position, and the
+// relay, whose topic says it published the lost log's positions, resumes at
+// the floor above them (kafkalog's relay.go; the floor never passes an
+// unpublished event). A finish raises the log to YourLog alone (a no-op: B
+// is above it) and leaves the positions alone. Peers, whose cursors for
+// this log are all below B, catch up from a snapshot once (ErrTruncated).
+// Several processes raise at once safely: every raise only moves up, and a
+// position is raised only while below B, which it is until the first
+// process raised it, before any process served.
 //
 // Several processes of a region bootstrapping one empty keyspace at once
 // (region's identity.go): each marks the rebuilds (rebuilds rows) before it

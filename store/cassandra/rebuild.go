@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"time"
@@ -158,13 +159,16 @@ func (s *Store) rebuilding(from string) bool {
 	return m[from]
 }
 
-// rebuildingNow is rebuilding read from Cassandra: a peer's rebuild may have
-// been finished by another process of the region.
+// rebuildingNow is rebuilding read from Cassandra ("" : from anyone): a
+// peer's rebuild may have been finished by another process of the region.
 func (s *Store) rebuildingNow(ctx context.Context, from string) (bool, error) {
 	if !s.rebuilding(from) {
 		return false, nil
 	}
 	m, err := s.loadRebuild(ctx)
+	if from == "" {
+		return len(m) > 0, err
+	}
 	return m[from], err
 }
 
@@ -221,14 +225,21 @@ func (s *Store) finishRebuild(ctx context.Context, from string, yourLog []uint64
 		return fmt.Errorf("%w: rebuild mark from %q has %d partitions, want %d", ErrRemote, from, len(yourLog), s.opts.Partitions)
 	}
 	target := append([]uint64(nil), yourLog...)
-	err := s.ScanCells(ctx, s.opts.Region, func(cs replica.CellState) error {
-		if int(cs.Key.Shard) < len(target) {
-			target[cs.Key.Shard] = max(target[cs.Key.Shard], cs.Cell.HWM)
+	// With the aggregators on another log (Kafka) the cells' HWMs and the
+	// positions are that log's: the log rises past the peer's cursor alone,
+	// which RaiseRebuildBase's raise already passed (raiseStream refuses a
+	// raise of a log holding events), and the positions stay.
+	foreign := s.opts.ForeignPositions
+	if !foreign {
+		err := s.ScanCells(ctx, s.opts.Region, func(cs replica.CellState) error {
+			if int(cs.Key.Shard) < len(target) {
+				target[cs.Key.Shard] = max(target[cs.Key.Shard], cs.Cell.HWM)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		return nil
-	})
-	if err != nil {
-		return err
 	}
 	if err := parallel(len(target), func(p int) error { return s.raiseStream(ctx, uint32(p), target[p]) }); err != nil {
 		return err
@@ -239,6 +250,9 @@ func (s *Store) finishRebuild(ctx context.Context, from string, yourLog []uint64
 	// The aggregators' positions follow (Position never answers below the
 	// truncation point anyway; the row is raised so that it says so too).
 	if err := parallel(len(target), func(p int) error {
+		if foreign {
+			return nil
+		}
 		var pos, wm int64
 		err := s.read(ctx, s.q.positionGet, p).Scan(&pos, &wm)
 		if errors.Is(err, gocql.ErrNotFound) {
@@ -254,8 +268,56 @@ func (s *Store) finishRebuild(ctx context.Context, from string, yourLog []uint64
 	if err := s.write(ctx, s.q.rebuildDrop, from).Exec(); err != nil {
 		return fmt.Errorf("cassandra: finish rebuild from %q: %w", from, err)
 	}
-	_, err = s.loadRebuild(ctx)
+	_, err := s.loadRebuild(ctx)
 	return err
+}
+
+// RaiseRebuildBase starts a rebuild whose aggregators read another log
+// (Options.ForeignPositions: Kafka), before the region serves: every log
+// partition's head and truncation point rise to base, and every aggregator
+// position still below base (not yet moved into this data set's positions)
+// to positions[p]. base is the data set's fixed position base (above every
+// position of the lost data set, in this log and in the topic: region's
+// identity.go), positions[p] the topic's end in those positions (its old
+// records are the lost data set's: the adopted cells hold what of them was
+// counted). So no new event takes a log position a peer has passed, the
+// relay publishes every new one (it resumes at the floor, above what the
+// topic says it published), the aggregators skip the old records, and every
+// new record's position is above every adopted cell's HWM. Idempotent, and
+// safe for several processes of the region at once: each raise only moves
+// up, and a position is raised only while below base, which it is until the
+// first process raised it, before any process served (a process raising it
+// again later from an older end only moves it back, which replays, and the
+// per-cell filter makes harmless). No-op once no rebuild is pending.
+func (s *Store) RaiseRebuildBase(ctx context.Context, base uint64, positions []uint64) error {
+	if len(positions) != s.opts.Partitions {
+		return fmt.Errorf("cassandra: RaiseRebuildBase: %d positions for %d partitions", len(positions), s.opts.Partitions)
+	}
+	for p, pos := range positions {
+		if pos < base {
+			return fmt.Errorf("cassandra: RaiseRebuildBase: partition %d's position %d is below the base %d", p, pos, base)
+		}
+	}
+	if ok, err := s.rebuildingNow(ctx, ""); err != nil || !ok {
+		return err
+	}
+	if err := parallel(len(positions), func(p int) error { return s.raiseStream(ctx, uint32(p), base) }); err != nil {
+		return err
+	}
+	return parallel(len(positions), func(p int) error {
+		var pos, wm int64
+		err := s.read(ctx, s.q.positionGet, p).Scan(&pos, &wm)
+		if errors.Is(err, gocql.ErrNotFound) {
+			err = nil
+		}
+		if err != nil || uint64(pos) >= base {
+			return err
+		}
+		if err := s.write(ctx, s.q.positionPut, p, int64(positions[p]), wm).Exec(); err != nil {
+			return fmt.Errorf("cassandra: raise the position of partition %d to %d: %w", p, positions[p], err)
+		}
+		return nil
+	})
 }
 
 // raiseStream moves outbox partition part (a log partition, or the
@@ -297,7 +359,17 @@ func (s *Store) raiseStream(ctx context.Context, part uint32, target uint64) err
 		if seq.head >= target {
 			return s.settleRaise(ctx, part, target, seq, fl)
 		}
-		if part != feedPart {
+		switch {
+		case part == feedPart:
+		case s.opts.ForeignPositions:
+			// The aggregators' positions are another log's, so whether
+			// the events below are counted is not known here (only
+			// whether the relay published them): only an empty log rises.
+			if seq.head > fl.through {
+				return fmt.Errorf("cassandra: raise outbox partition %d to %d: it holds events %d..%d, and with the aggregators on another log (Kafka) only an empty log is raised (a rebuild raises it first: RaiseRebuildBase)",
+					part, target, fl.through+1, seq.head)
+			}
+		default:
 			pos, err := s.committedPosition(ctx, part)
 			if err != nil {
 				return err
@@ -391,6 +463,9 @@ func (s *Store) committedPosition(ctx context.Context, part uint32) (uint64, err
 type KeyspaceIdentity struct {
 	Region, Cluster, DataSet string
 	CreatedMs                int64
+	// PositionBase is the data set's base in the Kafka topic's positions
+	// (0: an original data set; region's identity.go).
+	PositionBase uint64
 }
 
 // ErrIdentityChanged is returned by SetIdentity when the keyspace's data set
@@ -401,22 +476,30 @@ var ErrIdentityChanged = errors.New("cassandra: the keyspace's identity changed 
 // transaction that wrote it, hence SERIAL: it is only ever written by one).
 func (s *Store) Identity(ctx context.Context) (KeyspaceIdentity, error) {
 	var id KeyspaceIdentity
-	// A null column scans as "": no identity recorded yet.
-	if err := s.serial(ctx, s.q.identityGet).Scan(&id.Region, &id.CreatedMs, &id.Cluster, &id.DataSet); err != nil {
+	var base int64
+	// A null column scans as "" (no identity recorded yet) or 0.
+	if err := s.serial(ctx, s.q.identityGet).Scan(&id.Region, &id.CreatedMs, &id.Cluster, &id.DataSet, &base); err != nil {
 		return id, fmt.Errorf("cassandra: read the keyspace's identity: %w", err)
 	}
+	if base < 0 {
+		return id, fmt.Errorf("cassandra: the keyspace's identity has a negative position base %d", base)
+	}
+	id.PositionBase = uint64(base)
 	return id, nil
 }
 
-// SetIdentity records the keyspace's cluster id and data set, if its data
-// set is still prev ("" : none): one lightweight transaction, so two
-// processes creating an identity at once cannot both succeed.
-func (s *Store) SetIdentity(ctx context.Context, cluster, dataSet, prev string) error {
+// SetIdentity records the keyspace's cluster id, data set and position base,
+// if its data set is still prev ("" : none): one lightweight transaction, so
+// two processes creating an identity at once cannot both succeed.
+func (s *Store) SetIdentity(ctx context.Context, cluster, dataSet string, positionBase uint64, prev string) error {
 	var want any
 	if prev != "" {
 		want = prev
 	}
-	applied, err := s.cas(ctx, s.q.identityPut, cluster, dataSet, want).MapScanCAS(map[string]any{})
+	if positionBase > math.MaxInt64 {
+		return fmt.Errorf("cassandra: position base %d is beyond a bigint", positionBase)
+	}
+	applied, err := s.cas(ctx, s.q.identityPut, cluster, dataSet, int64(positionBase), want).MapScanCAS(map[string]any{})
 	if err != nil {
 		return fmt.Errorf("cassandra: record the keyspace's identity: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/likes-dev/likes/crdt"
@@ -161,20 +162,100 @@ func TestKeyspaceIdentity(t *testing.T) {
 	if held, err := f.st.HoldsData(ctx); held || err != nil {
 		t.Fatalf("fresh keyspace holds data: %v %v", held, err)
 	}
-	if err := f.st.SetIdentity(ctx, "c1", "d1", ""); err != nil {
+	if id.PositionBase != 0 {
+		t.Fatalf("fresh identity has position base %d", id.PositionBase)
+	}
+	if err := f.st.SetIdentity(ctx, "c1", "d1", 0, ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.st.SetIdentity(ctx, "c1", "d2", ""); !errors.Is(err, cassandra.ErrIdentityChanged) {
+	if err := f.st.SetIdentity(ctx, "c1", "d2", 0, ""); !errors.Is(err, cassandra.ErrIdentityChanged) {
 		t.Fatalf("second identity over none: %v", err)
 	}
-	if err := f.st.SetIdentity(ctx, "c2", "d1", "d1"); err != nil {
+	const base = 1_800_000_000_000 << 20
+	if err := f.st.SetIdentity(ctx, "c2", "d1", base, "d1"); err != nil {
 		t.Fatal(err)
 	}
-	if id, err = f.st.Identity(ctx); err != nil || id.Cluster != "c2" || id.DataSet != "d1" {
+	if id, err = f.st.Identity(ctx); err != nil || id.Cluster != "c2" || id.DataSet != "d1" || id.PositionBase != base {
 		t.Fatalf("identity %+v %v", id, err)
 	}
 	f.write("i1", "u1", crdt.Liked)
 	if held, err := f.st.HoldsData(ctx); !held || err != nil {
 		t.Fatalf("keyspace with a write holds no data: %v %v", held, err)
+	}
+}
+
+// TestRebuildBaseWithForeignPositions (pebblestore's, on Cassandra): with
+// the aggregators on Kafka, a rebuild raises the empty log to the data set's
+// position base and the aggregators' positions to the topic's end before
+// anything serves (a second process's raise moves nothing); a peer's finish
+// raises nothing in those positions (neither to its cursor nor to an adopted
+// cell's HWM, which are of another space), and writes resume above the base.
+// The raise is refused on a log that holds events, and is a no-op outside a
+// rebuild.
+func TestRebuildBaseWithForeignPositions(t *testing.T) {
+	ctx := context.Background()
+	foreign := func(o *cassandra.Options) { o.ForeignPositions = true }
+	f := newRetFixtureWith(t, "r1", 2, foreign)
+	const base = 1 << 40
+	if err := f.st.RaiseRebuildBase(ctx, base, []uint64{base, base}); err != nil {
+		t.Fatalf("outside a rebuild: %v", err)
+	}
+	if h := f.head(0); h != 0 {
+		t.Fatalf("raised outside a rebuild: head %d", h)
+	}
+	if err := f.st.MarkRebuild(ctx, []string{"r2"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.st.RaiseRebuildBase(ctx, base, []uint64{base - 1, base}); err == nil {
+		t.Fatal("a position below the base accepted")
+	}
+	if err := f.st.RaiseRebuildBase(ctx, base, []uint64{base + 7, base}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.st.RaiseRebuildBase(ctx, base, []uint64{base + 9, base + 9}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		for p, want := range []uint64{base + 7, base} {
+			if pos, _, err := f.st.Position(ctx, uint32(p)); err != nil || pos != want {
+				t.Fatalf("%s: partition %d position %d %v, want %d", when, p, pos, err, want)
+			}
+			if fl, err := f.st.LogFloor(ctx, uint32(p)); err != nil || fl != base {
+				t.Fatalf("%s: partition %d floor %d %v, want the base", when, p, fl, err)
+			}
+			if h := f.head(uint32(p)); h != base {
+				t.Fatalf("%s: partition %d head %d, want the base", when, p, h)
+			}
+		}
+	}
+	check("raised")
+	own := replica.CellState{Key: crdt.CellKey{Item: "i1", Region: "r1", Shard: 0}, Cell: crdt.Cell{P: 5, HWM: 1 << 45, Watermark: 9}}
+	if err := f.st.ApplySnapshot(ctx, "r2", replica.SnapshotChunk{YourCells: []replica.CellState{own}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.st.FinishSnapshot(ctx, "r2", replica.SnapshotMark{Log: []uint64{0, 0}, YourLog: []uint64{30, 70}, YourCells: 12}); err != nil {
+		t.Fatal(err)
+	}
+	if p := f.st.Rebuilding(); len(p) != 0 {
+		t.Fatalf("still rebuilding from %v", p)
+	}
+	check("finished")
+	req := edge.Request{Item: "i1", User: "u1", Target: crdt.Liked, Kind: edge.KindFlip, Epoch: 1, Now: f.clk.Now().UnixMilli()}
+	d, err := f.st.Apply(ctx, req)
+	if err != nil || d.Event == nil || d.Event.Pos != base+1 {
+		t.Fatalf("write after the rebuild: %+v %v, want position base+1", d.Event, err)
+	}
+
+	// A log that holds events is not raised.
+	g := newRetFixtureWith(t, "r1", 1, foreign)
+	g.write("i1", "u1", crdt.Liked)
+	g.aggregate()
+	if err := g.st.MarkRebuild(ctx, []string{"r2"}); err != nil {
+		t.Fatal(err)
+	}
+	err = g.st.RaiseRebuildBase(ctx, base, []uint64{base})
+	if err == nil || !strings.Contains(err.Error(), "holds events") {
+		t.Fatalf("raise of a log holding events: %v", err)
 	}
 }

@@ -223,6 +223,12 @@ var Steps = []Step{
 		// schema 8 has: announced before the row was written).
 		`ALTER TABLE %[1]s.erasures ADD IF NOT EXISTS announced boolean`,
 	}},
+	{9, "the keyspace's position base (a rebuilt data set's positions in the Kafka topic)", []string{
+		// meta.position_base: added to every position of the Kafka topic
+		// the aggregators read (kafkalog's Config.PositionBase), fixed by
+		// the identity's transaction; null (0) for an original data set.
+		`ALTER TABLE %[1]s.meta ADD IF NOT EXISTS position_base bigint`,
+	}},
 }
 
 // SchemaVersion is the version Migrate brings a keyspace to.

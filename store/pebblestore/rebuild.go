@@ -25,7 +25,12 @@ import (
 // them (adopted by max HWM, as any cell merge) and the peer's cursor for this
 // region's log: finishing it raises this store's log heads, floors and
 // aggregator positions past that cursor and past every adopted cell's HWM, so
-// new events take positions no peer has passed and no fence hides.
+// new events take positions no peer has passed and no fence hides. With the
+// aggregators on another log (Options.ForeignPositions: Kafka) positions and
+// HWMs are that log's: RaiseRebuildBase lifts the empty log and the
+// positions above the lost data set's before the store serves, and a finish
+// raises the log past the cursor alone (cassandra's doc.go, "Snapshots",
+// gives the argument for both stores).
 //
 // Keys: R peer → a rebuild from that peer is pending.
 func rebuildKey(peer string) []byte { return cat('R', peer) }
@@ -149,33 +154,41 @@ func (s *Store) finishRebuild(ctx context.Context, from string, yourLog []uint64
 		return fmt.Errorf("pebblestore: rebuild mark has %d partitions, want %d", len(yourLog), s.opts.Partitions)
 	}
 	target := append([]uint64(nil), yourLog...)
-	err := s.ScanCells(ctx, s.opts.Region, func(cs replica.CellState) error {
-		if int(cs.Key.Shard) < len(target) {
-			target[cs.Key.Shard] = max(target[cs.Key.Shard], cs.Cell.HWM)
+	// With the aggregators on another log (Kafka) the cells' HWMs and the
+	// positions are that log's: the log rises past the peer's cursor alone,
+	// which RaiseRebuildBase's raise already passed, and the positions stay.
+	foreign := s.opts.ForeignPositions
+	if !foreign {
+		err := s.ScanCells(ctx, s.opts.Region, func(cs replica.CellState) error {
+			if int(cs.Key.Shard) < len(target) {
+				target[cs.Key.Shard] = max(target[cs.Key.Shard], cs.Cell.HWM)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		return nil
-	})
-	if err != nil {
-		return err
 	}
-	_, err = s.submit(ctx, &op{fn: func(b *pebble.Batch, w *batchWriter) error {
+	_, err := s.submit(ctx, &op{fn: func(b *pebble.Batch, w *batchWriter) error {
 		for p, t := range target {
 			if t <= w.next[p] {
 				continue
 			}
-			// Events below the raise must be folded first (a branch
-			// correction a snapshot's edge appended here): the aggregator's
-			// position jumps to the raised floor.
-			if pos, _, err := s.Position(ctx, uint32(p)); err != nil {
+			if foreign {
+				// Whether the events below are counted is the other log's
+				// business: only an empty log rises.
+				if err := s.emptyLog(uint32(p), w.next[p], t); err != nil {
+					return err
+				}
+			} else if pos, _, err := s.Position(ctx, uint32(p)); err != nil {
+				// Events below the raise must be folded first (a branch
+				// correction a snapshot's edge appended here): the
+				// aggregator's position jumps to the raised floor.
 				return err
 			} else if pos < w.next[p] {
 				return fmt.Errorf("%w: partition %d is folded through %d of %d; the peer retries", ErrRebuilding, p, pos, w.next[p])
 			}
-			w.next[p] = t
-			s.mu.Lock()
-			s.floors[p] = max(s.floors[p], t)
-			s.mu.Unlock()
-			_ = b.Set(floorKey(uint32(p)), encodeFloor(t, w.now), nil)
+			s.raiseLog(b, w, p, t)
 		}
 		return nil
 	}})
@@ -189,6 +202,9 @@ func (s *Store) finishRebuild(ctx context.Context, from string, yourLog []uint64
 	b := s.db.NewBatch()
 	defer b.Close()
 	for p, t := range target {
+		if foreign {
+			break
+		}
 		pos, wm, err := s.Position(ctx, uint32(p))
 		if err != nil {
 			return err
@@ -218,6 +234,82 @@ func (s *Store) finishRebuild(ctx context.Context, from string, yourLog []uint64
 	delete(s.rebuild, from)
 	s.mu.Unlock()
 	return nil
+}
+
+// raiseLog moves log partition p's head and floor up to t, in the writer's
+// batch (no position up to t is issued again).
+func (s *Store) raiseLog(b *pebble.Batch, w *batchWriter, p int, t uint64) {
+	w.next[p] = t
+	s.mu.Lock()
+	s.floors[p] = max(s.floors[p], t)
+	s.mu.Unlock()
+	_ = b.Set(floorKey(uint32(p)), encodeFloor(t, w.now), nil)
+}
+
+// emptyLog refuses a raise of partition p (head: its last position) to
+// target while it holds events above its floor, with the aggregators on
+// another log (ForeignPositions).
+func (s *Store) emptyLog(p uint32, head, target uint64) error {
+	if fl := s.logFloor(p); head > fl {
+		return fmt.Errorf("pebblestore: raise log partition %d to %d: it holds events %d..%d, and with the aggregators on another log (Kafka) only an empty log is raised (a rebuild raises it first: RaiseRebuildBase)",
+			p, target, fl+1, head)
+	}
+	return nil
+}
+
+// RaiseRebuildBase starts a rebuild whose aggregators read another log
+// (Options.ForeignPositions: Kafka), before the store serves: every log
+// partition's head and floor rise to base, and every aggregator position
+// still below base to positions[p]. base is the data set's fixed position
+// base (above every position of the lost data set, in this log and in the
+// topic: region's identity.go), positions[p] the topic's end in those
+// positions (its old records are the lost data set's: the adopted cells hold
+// what of them was counted). So no new event takes a log position a peer
+// has passed, the relay publishes every new one (it resumes at the floor,
+// above what the topic says it published), the aggregators skip the old
+// records, and every new record's position is above every adopted cell's
+// HWM. Idempotent; a no-op once no rebuild is pending.
+func (s *Store) RaiseRebuildBase(ctx context.Context, base uint64, positions []uint64) error {
+	if len(positions) != s.opts.Partitions {
+		return fmt.Errorf("pebblestore: RaiseRebuildBase: %d positions for %d partitions", len(positions), s.opts.Partitions)
+	}
+	for p, pos := range positions {
+		if pos < base {
+			return fmt.Errorf("pebblestore: RaiseRebuildBase: partition %d's position %d is below the base %d", p, pos, base)
+		}
+	}
+	if !s.rebuilding("") {
+		return nil
+	}
+	_, err := s.submit(ctx, &op{fn: func(b *pebble.Batch, w *batchWriter) error {
+		for p := range w.next {
+			if w.next[p] >= base {
+				continue
+			}
+			if err := s.emptyLog(uint32(p), w.next[p], base); err != nil {
+				return err
+			}
+			s.raiseLog(b, w, p, base)
+		}
+		return nil
+	}})
+	if err != nil {
+		return err
+	}
+	s.cellMu.Lock()
+	defer s.cellMu.Unlock()
+	b := s.db.NewBatch()
+	defer b.Close()
+	for p, t := range positions {
+		pos, wm, err := s.Position(ctx, uint32(p))
+		if err != nil {
+			return err
+		}
+		if pos < base {
+			_ = b.Set(posKey(uint32(p)), encodePos(t, wm), nil)
+		}
+	}
+	return b.Commit(pebble.Sync)
 }
 
 // Checkpoint writes a consistent copy of the database to dir (a backup:

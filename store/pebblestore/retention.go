@@ -43,8 +43,13 @@ type RetentionRound = retain.Round
 type RetentionStats = retain.Stats
 
 // LogFloor is partition's truncation point: Read after a position below it
-// fails with ErrTruncated.
-func (s *Store) LogFloor(part uint32) uint64 {
+// fails with ErrTruncated. (The signature is Cassandra's too: the Kafka relay
+// resumes at the floor, kafkalog's relay.go.)
+func (s *Store) LogFloor(_ context.Context, part uint32) (uint64, error) {
+	return s.logFloor(part), nil
+}
+
+func (s *Store) logFloor(part uint32) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if int(part) >= len(s.floors) {

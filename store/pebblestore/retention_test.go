@@ -226,7 +226,7 @@ func TestRetentionSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.open(1)
-	if fl := f.st.LogFloor(0); fl != 5 {
+	if fl, _ := f.st.LogFloor(context.Background(), 0); fl != 5 {
 		t.Fatalf("floor after restart %d, want 5", fl)
 	}
 	f.write("i", "u9", crdt.Liked)

@@ -152,8 +152,10 @@ func TestRebuildGates(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Partition 0 rises past the adopted cell's HWM (40), partition 1 past the cursor (70).
-	if f.st.LogFloor(0) != 40 || f.st.LogFloor(1) != 70 {
-		t.Fatalf("floors %d %d, want 40 70", f.st.LogFloor(0), f.st.LogFloor(1))
+	fl0, _ := f.st.LogFloor(context.Background(), 0)
+	fl1, _ := f.st.LogFloor(context.Background(), 1)
+	if fl0 != 40 || fl1 != 70 {
+		t.Fatalf("floors %d %d, want 40 70", fl0, fl1)
 	}
 	d, err := f.st.Apply(ctx, req)
 	if err != nil || d.Event == nil || d.Event.Pos <= 40 {

@@ -66,6 +66,11 @@ type Options struct {
 	// Logger receives Pebble's errors and one line per change of the store's
 	// ability to write (default: slog.Default()).
 	Logger *slog.Logger
+	// ForeignPositions says the aggregators' positions and cell HWMs are not
+	// positions of this store's log (they read Kafka: offsets of the topic).
+	// A rebuild's finish then raises the log past the peer's cursor alone and
+	// leaves the positions to RaiseRebuildBase (rebuild.go).
+	ForeignPositions bool
 }
 
 type meta struct {
@@ -802,8 +807,9 @@ func (s *Store) Commit(_ context.Context, w pipeline.Window) error {
 	}
 	s.cellMu.Lock()
 	defer s.cellMu.Unlock()
-	if fl := s.LogFloor(w.Partition); w.Through < fl {
+	if fl := s.logFloor(w.Partition); w.Through < fl && !s.opts.ForeignPositions {
 		// An aggregator's stale position under a floor a rebuild raised.
+		// (Positions of another log are not comparable with the floor.)
 		return fmt.Errorf("%w: window of partition %d through %d, below the floor %d", ErrTruncated, w.Partition, w.Through, fl)
 	}
 	b := s.db.NewBatch()

@@ -16,6 +16,11 @@ import (
 // ErrClosed is returned by calls on a closed Relay or Log.
 var ErrClosed = errors.New("kafkalog: closed")
 
+// MaxPositionBase bounds Config.PositionBase. Positions end up as cell HWMs,
+// which must stay below replica.MaxHWM = 2^62; a base of at most 3·2^60 leaves
+// 2^60 offsets per partition above it, more than any topic will hold.
+const MaxPositionBase = 3 << 60
+
 // Config configures a Relay and a Log. The zero value of every field but
 // Brokers' contents is a usable default; Validate fills the defaults in.
 type Config struct {
@@ -64,6 +69,16 @@ type Config struct {
 	// (default 3).
 	PoisonRetries int
 
+	// PositionBase is added to every position the Log serves: Pos = offset +
+	// 1 + PositionBase. It is fixed for a data set's life; 0 (an original data
+	// set) keeps positions equal to offset + 1. A rebuilt data set gets a base
+	// above every position of earlier ones (the region chooses it), so its
+	// aggregator positions and cell HWMs stay above theirs whether the topic
+	// is the old one or a fresh one whose offsets restart at 0. At most
+	// MaxPositionBase. The Relay ignores it (src-pos headers are source
+	// positions).
+	PositionBase uint64
+
 	// OnError reports relay errors (the relay retries by itself).
 	OnError func(partition uint32, err error)
 	// OnPoison reports a record parked in the DLQ.
@@ -73,12 +88,12 @@ type Config struct {
 	Opts []kgo.Opt
 }
 
-// Validate fills defaults in and checks every field.
 // relays reports whether a Relay of this Config publishes partition p.
 func (c *Config) relays(p uint32) bool {
 	return c.RelayPartitions == nil || slices.Contains(c.RelayPartitions, p)
 }
 
+// Validate fills defaults in and checks every field.
 func (c *Config) Validate() error {
 	if len(c.Brokers) == 0 {
 		c.Brokers = []string{"127.0.0.1:9092"}
@@ -157,6 +172,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PoisonRetries < 1 || c.PoisonRetries > 100 {
 		return fmt.Errorf("kafkalog: PoisonRetries must be in [1, 100], got %d", c.PoisonRetries)
+	}
+	if c.PositionBase > MaxPositionBase {
+		return fmt.Errorf("kafkalog: PositionBase %d is above MaxPositionBase %d (positions must stay below 2^62)", c.PositionBase, uint64(MaxPositionBase))
 	}
 	if c.OnError == nil {
 		c.OnError = func(uint32, error) {}

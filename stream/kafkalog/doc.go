@@ -47,28 +47,44 @@
 // zombie relay still behind reads below the source's floor, fails, and
 // resumes from Kafka).
 //
+// A source with a floor (LogFloor: both stores) is resumed after
+// max(src-pos, floor). A store's floor never passes an event the relay has
+// not published: retention cuts only below Log.Relayed, and a rebuild raises
+// the floor of an empty log before any event is appended. So nothing
+// unpublished lies between the src-pos and the floor, and resuming at the
+// src-pos would only fail with ErrTruncated again and again (a rebuilt
+// source behind an old topic).
+//
 // Only one relay per region should run (the region's lease holder); a second
 // one, or a produce the broker applies after the relay gave up on it, only
 // adds duplicate records, which the next section makes harmless.
 //
-// # Consumer: positions are Kafka offsets
+// # Consumer: positions are Kafka offsets plus a base
 //
 // Log.Read(p, after, max) is a sessionless raw Fetch of partition p at offset
-// `after` from the partition leader (read_committed), so reads are random
-// access and stateless like the Pebble log's. An event's Pos is its Kafka
-// offset + 1; the aggregator's position and every cell's hwm are therefore
-// Kafka offsets. Events keep their original item, user, version and event
-// time. Head.Pos is the partition's last stable offset; Head.CompleteThrough
-// is the highest "wm" seen below it: that record's claim is that every event
-// with EventTime <= wm was published before it. Read skips heartbeats (they
-// are counted in Stats) and remembers, per partition, that the stretch after
-// the last event holds none, so an idle partition's heartbeats are crossed
-// once, not on every poll. An empty answer always means "no event up to
-// Head.Pos". A position before the log start (retention deleted unapplied
-// records) or beyond the end (positions of another log, or a recreated topic)
-// is an error, never an empty read. Consequently a region's cell positions
-// belong to this topic: switching a region between the Pebble log and Kafka
-// needs fresh cells, not a reinterpretation of old positions.
+// after − base from the partition leader (read_committed), so reads are
+// random access and stateless like the Pebble log's. An event's Pos is its
+// Kafka offset + 1 + base (Config.PositionBase); the aggregator's position
+// and every cell's hwm are therefore Kafka offsets shifted by the base. The
+// base is fixed for a data set's life: 0 for an original data set (Pos =
+// offset + 1), and for a rebuilt one a value the region chooses above every
+// position of earlier data sets, so new positions (and HWMs) stay above old
+// ones whether the topic is the old one or a fresh one whose offsets restart
+// at 0. A position below the base reads from offset 0; Log.EndPositions
+// (base + each partition's end) is where an aggregator starts to skip every
+// record the topic holds now. Events keep their original item, user, version
+// and event time. Head.Pos is base + the partition's last stable offset;
+// Head.CompleteThrough is the highest "wm" seen below it: that record's claim
+// is that every event with EventTime <= wm was published before it. Read
+// skips heartbeats (they are counted in Stats) and remembers, per partition,
+// that the stretch after the last event holds none, so an idle partition's
+// heartbeats are crossed once, not on every poll. An empty answer always
+// means "no event up to Head.Pos". A position before the log start
+// (retention deleted unapplied records) or beyond the end (positions of
+// another log, or a recreated topic) is an error, never an empty read.
+// Consequently a region's cell positions belong to this topic and base:
+// switching a region between the Pebble log and Kafka needs fresh cells, not
+// a reinterpretation of old positions.
 //
 // # Exactly once
 //

@@ -212,6 +212,16 @@ func (f *fetcher) bounds(ctx context.Context, p uint32) (start, end int64, err e
 	return start, end, nil
 }
 
+// stableEnd returns the partition's last stable offset: the end a
+// read_committed fetch reports (fetched.end), without fetching records.
+func (f *fetcher) stableEnd(ctx context.Context, p uint32) (int64, error) {
+	end, err := listOffsetIsolated(ctx, f.cl, f.topic, p, -1, 1)
+	if err != nil {
+		return 0, fmt.Errorf("kafkalog: end offset of %s/%d: %w", f.topic, p, err)
+	}
+	return end, nil
+}
+
 // lastPublished scans partition p backwards from its end for the last record
 // with a src-pos header.
 func (f *fetcher) lastPublished(ctx context.Context, p uint32) (pos uint64, wm int64, err error) {

@@ -16,7 +16,8 @@ import (
 )
 
 // Log is pipeline.Log over the log topic: an event's Pos is its Kafka offset
-// + 1, so aggregator positions and cell HWMs are Kafka offsets.
+// + 1 + Config.PositionBase, so aggregator positions and cell HWMs are Kafka
+// offsets shifted by the data set's fixed base.
 type Log struct {
 	cfg   Config
 	cl    *kgo.Client
@@ -33,6 +34,8 @@ type Log struct {
 
 var _ pipeline.Log = (*Log)(nil)
 
+// logPart's offsets are Kafka offsets (no PositionBase): Read converts at its
+// edges only.
 type logPart struct {
 	mu sync.Mutex
 	// The highest watermark seen and the offset of the record carrying it:
@@ -116,10 +119,32 @@ func (l *Log) Relayed(ctx context.Context) ([]uint64, error) {
 	return out, nil
 }
 
+// EndPositions returns, per partition, the position just past every record
+// the topic holds now: PositionBase + the partition's end (last stable
+// offset, the end Read reports in Head.Pos); PositionBase for an empty
+// partition. An aggregator that commits it skips every record in the topic
+// now and reads only records produced later (a rebuilt data set over the old
+// topic starts there).
+func (l *Log) EndPositions(ctx context.Context) ([]uint64, error) {
+	if l.closed.Load() {
+		return nil, ErrClosed
+	}
+	out := make([]uint64, l.cfg.Partitions)
+	for p := range out {
+		end, err := l.f.stableEnd(ctx, uint32(p))
+		if err != nil {
+			return nil, err
+		}
+		out[p] = l.cfg.PositionBase + uint64(end)
+	}
+	return out, nil
+}
+
 // Read implements pipeline.Log. Events are returned with their original item,
-// user, version and event time; Pos is the Kafka offset + 1. Head.Pos is the
-// partition's end (last stable offset) when the read scanned up to it, and
-// Head.CompleteThrough the highest relay watermark seen below Head.Pos.
+// user, version and event time; Pos is the Kafka offset + 1 + PositionBase.
+// Head.Pos is PositionBase + the partition's end (last stable offset) when
+// the read scanned up to it, and Head.CompleteThrough the highest relay
+// watermark seen below Head.Pos.
 func (l *Log) Read(ctx context.Context, p uint32, after uint64, max int) ([]edge.Event, pipeline.Head, error) {
 	if l.closed.Load() {
 		return nil, pipeline.Head{}, ErrClosed
@@ -130,11 +155,19 @@ func (l *Log) Read(ctx context.Context, p uint32, after uint64, max int) ([]edge
 	if max < 1 {
 		return nil, pipeline.Head{}, fmt.Errorf("kafkalog: Read max must be positive, got %d", max)
 	}
-	if after >= math.MaxInt64 {
-		return nil, pipeline.Head{}, fmt.Errorf("kafkalog: position %d is beyond any Kafka offset", after)
+	// Pos = offset + 1 + base, so the first offset wanted is after − base. A
+	// position below the base is before this data set's first record (an
+	// earlier data set's, or none yet): read from the start.
+	base := l.cfg.PositionBase
+	var first uint64
+	if after >= base {
+		first = after - base
+	}
+	if first >= math.MaxInt64 {
+		return nil, pipeline.Head{}, fmt.Errorf("kafkalog: position %d is beyond any Kafka offset (PositionBase %d)", after, base)
 	}
 	lp := l.parts[p]
-	next := int64(after) // Pos = offset + 1, so the first offset wanted is `after`
+	next := int64(first)
 	lp.mu.Lock()
 	if lp.skipFrom == next && lp.skipTo > next {
 		next = lp.skipTo
@@ -150,6 +183,10 @@ func (l *Log) Read(ctx context.Context, p uint32, after uint64, max int) ([]edge
 		fr, err := l.f.fetch(ctx, p, next)
 		l.fetches.Add(1)
 		if err != nil {
+			if base != 0 && errors.Is(err, errOutOfRange) {
+				// The fetcher speaks offsets; name the position too.
+				err = fmt.Errorf("kafkalog: position %d with PositionBase %d is offset %d: %w", after, base, first, err)
+			}
 			return nil, pipeline.Head{}, err
 		}
 		end = fr.end
@@ -182,7 +219,7 @@ func (l *Log) Read(ctx context.Context, p uint32, after uint64, max int) ([]edge
 				continue
 			}
 			ev := *ps.event
-			ev.Partition, ev.Pos = p, uint64(rec.Offset)+1
+			ev.Partition, ev.Pos = p, uint64(rec.Offset)+1+base
 			evs = append(evs, ev)
 			if len(evs) == max {
 				full = true
@@ -200,17 +237,18 @@ func (l *Log) Read(ctx context.Context, p uint32, after uint64, max int) ([]edge
 			break
 		}
 	}
-	// What lies between the last event (or `after`) and next is not events.
-	from := int64(after)
+	// What lies between the last event (or `after`) and next is not events
+	// (offsets: the offset after the last event, or the first one wanted).
+	from := int64(first)
 	if len(evs) > 0 {
-		from = int64(evs[len(evs)-1].Pos)
+		from = int64(evs[len(evs)-1].Pos - base)
 	}
 	if next > from {
 		lp.mu.Lock()
 		lp.skipFrom, lp.skipTo = from, next
 		lp.mu.Unlock()
 	}
-	h := pipeline.Head{Pos: uint64(end)}
+	h := pipeline.Head{Pos: uint64(end) + base}
 	lp.mu.Lock()
 	if lp.wmOff >= 0 && lp.wmOff < end {
 		h.CompleteThrough = lp.wm

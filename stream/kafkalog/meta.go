@@ -56,8 +56,15 @@ func freshMeta(ctx context.Context, cl *kgo.Client, topic string) (topicMeta, er
 // listOffset returns the partition's offset at ts (-2 earliest, -1 latest),
 // read_uncommitted (the high watermark for -1).
 func listOffset(ctx context.Context, cl *kgo.Client, topic string, p uint32, ts int64) (int64, error) {
+	return listOffsetIsolated(ctx, cl, topic, p, ts, 0)
+}
+
+// listOffsetIsolated is listOffset at an isolation level (1, read_committed:
+// the last stable offset for -1, the end a read_committed fetch reports).
+func listOffsetIsolated(ctx context.Context, cl *kgo.Client, topic string, p uint32, ts int64, isolation int8) (int64, error) {
 	req := kmsg.NewPtrListOffsetsRequest()
 	req.ReplicaID = -1
+	req.IsolationLevel = isolation
 	rt := kmsg.NewListOffsetsRequestTopic()
 	rt.Topic = topic
 	rp := kmsg.NewListOffsetsRequestTopicPartition()

@@ -60,7 +60,7 @@ type relayPart struct {
 // RelayStats is one partition's relay progress.
 type RelayStats struct {
 	Partition  uint32
-	SourcePos  uint64 // source position published through (acked by Kafka)
+	SourcePos  uint64 // source position published through (acked by Kafka, or the source's floor: resume)
 	Watermark  int64  // last watermark published
 	Events     uint64 // event records produced by this process
 	Heartbeats uint64 // heartbeat records produced by this process
@@ -251,8 +251,10 @@ func (r *Relay) step(ctx context.Context, rp *relayPart) (reached bool, err erro
 	evs, head, err := r.src.Read(ctx, rp.p, rp.pos, r.cfg.MaxBatch)
 	if err != nil {
 		if errors.Is(err, pipeline.ErrTruncated) {
-			// The source was truncated below what Kafka holds (Log.Relayed),
-			// so another relay published past us: reload from Kafka.
+			// The source was truncated above our position: another relay
+			// published past us (retention cuts below Log.Relayed), or the
+			// source was rebuilt with a raised floor. Reload from Kafka and
+			// the source's floor (resume).
 			rp.resumed = false
 		}
 		return false, fmt.Errorf("kafkalog: relay read source partition %d after %d: %w", rp.p, rp.pos, err)
@@ -338,12 +340,35 @@ func (r *Relay) StuckSince() (time.Time, bool) {
 	return time.Unix(0, oldest), true
 }
 
+// flooredSource is a source log with a truncation point: Read after a
+// position below LogFloor fails with pipeline.ErrTruncated. Both stores
+// implement it.
+type flooredSource interface {
+	LogFloor(ctx context.Context, p uint32) (uint64, error)
+}
+
 // resume loads the partition's source position from the last record in Kafka
-// that carries a src-pos header.
+// that carries a src-pos header, raised to the source's floor when the
+// source has one.
+//
+// Rule: a store's floor never passes a source event the relay has not
+// published. Retention cuts only below Log.Relayed (what Kafka holds), and a
+// rebuild raises the floor of an empty log, before any event is appended. So
+// the positions between the topic's src-pos and the floor hold no unpublished
+// event, and resuming at the floor skips nothing; resuming at the src-pos
+// instead would read below the floor, fail with ErrTruncated, and resume at
+// the same src-pos again, forever.
 func (r *Relay) resume(ctx context.Context, rp *relayPart) error {
 	pos, wm, err := r.f.lastPublished(ctx, rp.p)
 	if err != nil {
 		return err
+	}
+	if fs, ok := r.src.(flooredSource); ok {
+		floor, err := fs.LogFloor(ctx, rp.p)
+		if err != nil {
+			return fmt.Errorf("kafkalog: relay read source floor of partition %d: %w", rp.p, err)
+		}
+		pos = max(pos, floor)
 	}
 	_, head, err := r.src.Read(ctx, rp.p, math.MaxUint64, 1)
 	if err != nil {

@@ -1,7 +1,7 @@
 package region_test
 
-// A region on Cassandra rebuilt from its peers (issue 14): its keyspace is
-// lost and replaced by a freshly migrated one; the keyspace carries the
+// A region rebuilt from its peers (issue 14): its keyspace (or folder) is
+// lost and replaced by a freshly migrated (empty) one; it carries the
 // region's identity, so the start is refused until --bootstrap-from-peers,
 // which rebuilds it from every peer's rebuild snapshot.
 
@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/likes-dev/likes/epoch/etcdepoch"
 	"github.com/likes-dev/likes/region"
@@ -47,26 +49,89 @@ func rbLoad(c *triCluster, m *lcModel, prefix string, items []string, writers, n
 	return <-errs
 }
 
-// TestEnginesCassandraRebuild: three regions on Cassandra + Redis (the
-// aggregators on the store's own log) take writes; eu is killed and its
-// keyspace replaced by a freshly migrated one while us and ap take more. The
-// restart is refused on the empty keyspace, and on us's keyspace; with
-// --bootstrap-from-peers eu rebuilds from both peers. Then a range moves to
-// eu (planned) and eu writes its users: its new events take positions its
-// peers have not passed, so every region's counts equal the model of
-// acknowledged writes and reconcile finds every cell equal to its LIKED
-// edges.
+// rebuildCase is one engine shape of the rebuild test: every region's
+// engines, how eu's lost data is replaced (a freshly migrated keyspace or an
+// empty folder; with Kafka the old topic or a new one), and, when set, a
+// start of eu on another region's data that must be refused.
+type rebuildCase struct {
+	engines map[string]region.Engines
+	fresh   func(t *testing.T, cfg *region.Config)
+	other   func(cfg region.Config) region.Config
+}
+
+// TestEnginesCassandraRebuild: three regions on Cassandra + Redis take
+// writes; eu is killed and its keyspace replaced by a freshly migrated one
+// while us and ap take more. The restart is refused on the empty keyspace,
+// and on us's keyspace; with --bootstrap-from-peers eu rebuilds from both
+// peers. Then a range moves to eu (planned) and eu writes its users: its
+// new events take positions its peers have not passed and (aggregators on
+// Kafka) topic positions above every adopted cell's HWM, so every region's
+// counts equal the model of acknowledged writes and reconcile finds every
+// cell equal to its LIKED edges. Once with the aggregators on the store's
+// log, once on Kafka (eu keeps its topic: the lost data set's records stay
+// in it, and the topic says the relay published positions the new log
+// starts above).
 func TestEnginesCassandraRebuild(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an embedded etcd and three regions on the engines")
 	}
-	engines := map[string]region.Engines{}
-	for _, name := range triNames {
-		e := region.EnginesForTest(t, name)
-		e.Log, e.Kafka = region.LogStore, region.KafkaEngine{}
-		engines[name] = e
+	for _, log := range []string{region.LogStore, region.LogKafka} {
+		t.Run("log "+log, func(t *testing.T) {
+			rc := rebuildCase{engines: map[string]region.Engines{}}
+			for _, name := range triNames {
+				e := region.EnginesForTest(t, name)
+				if log == region.LogStore {
+					e.Log, e.Kafka = region.LogStore, region.KafkaEngine{}
+				}
+				rc.engines[name] = e
+			}
+			rc.fresh = func(t *testing.T, cfg *region.Config) {
+				_, cfg.Engines.Cassandra.Keyspace = mixedKeyspace(t)
+			}
+			rc.other = func(cfg region.Config) region.Config {
+				cfg.Engines.Cassandra.Keyspace = rc.engines["us"].Cassandra.Keyspace
+				return cfg
+			}
+			checkRebuild(t, rc)
+		})
 	}
-	c := startTriWith(t, triOpts{region: func(name string, cfg *region.Config) { cfg.Engines = engines[name] }})
+}
+
+// TestKafkaRebuild: the rebuild of TestEnginesCassandraRebuild on the
+// embedded store with the aggregators on an in-process Kafka; eu's folder
+// is lost, and its topic kept or replaced by a new one (whose offsets start
+// again at 0: only the data set's position base keeps its positions above
+// the adopted cells' HWMs).
+func TestKafkaRebuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded etcd and three regions")
+	}
+	for _, newTopic := range []bool{false, true} {
+		t.Run(fmt.Sprintf("new topic %v", newTopic), func(t *testing.T) {
+			kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(4))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(kc.Close)
+			rc := rebuildCase{engines: map[string]region.Engines{}}
+			for _, name := range triNames {
+				rc.engines[name] = region.Engines{Log: region.LogKafka, Kafka: region.KafkaEngine{
+					Brokers: kc.ListenAddrs(), Topic: "likes-rb." + name, PollInterval: 5 * time.Millisecond, HeartbeatInterval: 50 * time.Millisecond}}
+			}
+			rc.fresh = func(t *testing.T, cfg *region.Config) {
+				cfg.DataDir = t.TempDir()
+				if newTopic {
+					cfg.Engines.Kafka.Topic += ".new"
+				}
+			}
+			checkRebuild(t, rc)
+		})
+	}
+}
+
+func checkRebuild(t *testing.T, rc rebuildCase) {
+	t.Helper()
+	c := startTriWith(t, triOpts{region: func(name string, cfg *region.Config) { cfg.Engines = rc.engines[name] }})
 	items := []string{"rb-a", "rb-b", "rb-c"}
 	m := &lcModel{liked: map[[2]string]bool{}}
 	start := time.Now()
@@ -76,16 +141,15 @@ func TestEnginesCassandraRebuild(t *testing.T) {
 	c.waitCounts(t, m.counts(items), 60*time.Second)
 	t.Logf("loaded and converged in %v", time.Since(start).Round(time.Millisecond))
 
-	// eu dies with its keyspace; a new, empty one is migrated for it.
+	// eu dies with its data; new, empty data replaces it.
 	eu := c.byName["eu"]
 	eu.down = true
 	eu.srv.Close()
 	if err := eu.r.KillForTest(); err != nil {
 		t.Logf("kill eu: %v", err)
 	}
-	_, fresh := mixedKeyspace(t)
 	cfg := eu.cfg
-	cfg.Engines.Cassandra.Keyspace = fresh
+	rc.fresh(t, &cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	refused := func(cfg region.Config, why string) {
@@ -100,18 +164,12 @@ func TestEnginesCassandraRebuild(t *testing.T) {
 		}
 		t.Logf("eu on %s refused: %v", why, err)
 	}
-	refused(cfg, "an empty keyspace without --bootstrap-from-peers")
-	other := cfg
-	other.Engines.Cassandra.Keyspace = engines["us"].Cassandra.Keyspace
-	other.Lifecycle.BootstrapFromPeers = true
-	refused(other, "us's keyspace")
-	// A rebuild needs the aggregators on the store's log: with Kafka the
-	// start is refused before the keyspace gets an identity, so the correct
-	// start below still rebuilds.
-	kf := cfg
-	kf.Lifecycle.BootstrapFromPeers = true
-	kf.Engines.Log, kf.Engines.Kafka = region.LogKafka, region.EnginesForTest(t, "eu").Kafka
-	refused(kf, "an empty keyspace with --bootstrap-from-peers but --log kafka")
+	refused(cfg, "empty data without --bootstrap-from-peers")
+	if rc.other != nil {
+		other := rc.other(cfg)
+		other.Lifecycle.BootstrapFromPeers = true
+		refused(other, "us's data")
+	}
 
 	// The others go on: eu's ranges fail over to them.
 	survivors := []*triNode{c.byName["us"], c.byName["ap"]}
@@ -123,11 +181,8 @@ func TestEnginesCassandraRebuild(t *testing.T) {
 	cfg.Lifecycle.BootstrapFromPeers = true
 	eu.cfg = cfg
 	eu.start(t, nil)
-	if eu.r.Cassandra == nil || eu.r.Cassandra.Keyspace() != fresh {
-		t.Fatalf("eu is not on the fresh keyspace")
-	}
 	c.poll(t, 90*time.Second, "eu to rebuild from both peers", func() (bool, string) {
-		p := eu.r.Cassandra.Rebuilding()
+		p := rebuildingOf(eu.r)
 		return len(p) == 0, strings.Join(p, ",")
 	})
 	t.Logf("eu rebuilt in %v", time.Since(start).Round(time.Millisecond))
@@ -176,7 +231,15 @@ func TestEnginesCassandraRebuild(t *testing.T) {
 	// The rebuild raised eu's log past its peers' cursors for it.
 	raised := false
 	for p := uint32(0); p < uint32(eu.cfg.Partitions); p++ {
-		fl, err := eu.r.Cassandra.LogFloor(ctx, p)
+		var (
+			fl  uint64
+			err error
+		)
+		if eu.r.Cassandra != nil {
+			fl, err = eu.r.Cassandra.LogFloor(ctx, p)
+		} else {
+			fl, err = eu.r.Store.LogFloor(ctx, p)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -188,4 +251,12 @@ func TestEnginesCassandraRebuild(t *testing.T) {
 	if len(own) == 0 {
 		t.Fatal("no user of the moved range written through eu")
 	}
+}
+
+// rebuildingOf lists the peers r's store still waits for.
+func rebuildingOf(r *region.Region) []string {
+	if r.Cassandra != nil {
+		return r.Cassandra.Rebuilding()
+	}
+	return r.Store.Rebuilding()
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/likes-dev/likes/epoch/etcdepoch"
 	"github.com/likes-dev/likes/region"
+	"github.com/likes-dev/likes/store/pebblestore"
 )
 
 // rbLoad runs writers goroutines, each writing n likes and unlikes of its
@@ -259,4 +261,44 @@ func rebuildingOf(r *region.Region) []string {
 		return r.Cassandra.Rebuilding()
 	}
 	return r.Store.Rebuilding()
+}
+
+// TestKafkaRebuildRefusesRestoredFolder: a folder restored from a backup
+// (likectl restore: marked to rebuild from its peers, on a data set without
+// a position base, its log usually holding events) is refused with the
+// aggregators on Kafka, before anything serves: only an empty log can rise
+// above the peers' cursors there. With --log store it opens.
+func TestKafkaRebuildRefusesRestoredFolder(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	dir := t.TempDir()
+	cfg := config(dir)
+	st, err := pebblestore.Open(pebblestore.Options{Dir: filepath.Join(dir, cfg.Name), Region: cfg.Name, Partitions: cfg.Partitions, CacheBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.MarkRebuild([]string{"eu"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	kcfg := cfg
+	kcfg.Engines = region.Engines{Log: region.LogKafka, Kafka: region.KafkaEngine{Brokers: kc.ListenAddrs(), PollInterval: 5 * time.Millisecond}}
+	r, err := region.Open(context.Background(), kcfg)
+	if err == nil {
+		_ = r.Close()
+		t.Fatal("a restored folder opened with --log kafka")
+	}
+	if !errors.Is(err, region.ErrIdentity) || !strings.Contains(err.Error(), "--log store") {
+		t.Fatalf("restored folder with --log kafka: %v, want region.ErrIdentity naming --log store", err)
+	}
+	t.Logf("refused: %v", err)
+	r, _ = open(t, cfg)
+	if p := rebuildingOf(r); len(p) != 1 || p[0] != "eu" {
+		t.Fatalf("the restored folder rebuilds from %v, want [eu]", p)
+	}
 }

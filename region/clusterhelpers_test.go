@@ -240,6 +240,11 @@ func (n *triNode) start(t *testing.T, ln net.Listener) {
 		_ = ln.Close()
 		t.Fatalf("open region %s: %v", n.name, err)
 	}
+	n.serve(r, ln)
+}
+
+// serve serves r, opened on n's configuration, on ln.
+func (n *triNode) serve(r *region.Region, ln net.Listener) {
 	srv := httptest.NewUnstartedServer(r.API)
 	_ = srv.Listener.Close()
 	srv.Listener = ln

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -59,6 +60,9 @@ type rebuildCase struct {
 	engines map[string]region.Engines
 	fresh   func(t *testing.T, cfg *region.Config)
 	other   func(cfg region.Config) region.Config
+	// twoNodes runs eu as node eu-1 and rebuilds it on two nodes started at
+	// once (Cassandra only): both find the keyspace empty, one identity wins.
+	twoNodes bool
 }
 
 // TestEnginesCassandraRebuild: three regions on Cassandra + Redis take
@@ -72,7 +76,8 @@ type rebuildCase struct {
 // cell equal to its LIKED edges. Once with the aggregators on the store's
 // log, once on Kafka (eu keeps its topic: the lost data set's records stay
 // in it, and the topic says the relay published positions the new log
-// starts above).
+// starts above), where eu comes back as two nodes started at once with the
+// flag on the one empty keyspace.
 func TestEnginesCassandraRebuild(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an embedded etcd and three regions on the engines")
@@ -94,6 +99,7 @@ func TestEnginesCassandraRebuild(t *testing.T) {
 				cfg.Engines.Cassandra.Keyspace = rc.engines["us"].Cassandra.Keyspace
 				return cfg
 			}
+			rc.twoNodes = log == region.LogKafka
 			checkRebuild(t, rc)
 		})
 	}
@@ -133,7 +139,12 @@ func TestKafkaRebuild(t *testing.T) {
 
 func checkRebuild(t *testing.T, rc rebuildCase) {
 	t.Helper()
-	c := startTriWith(t, triOpts{region: func(name string, cfg *region.Config) { cfg.Engines = rc.engines[name] }})
+	c := startTriWith(t, triOpts{region: func(name string, cfg *region.Config) {
+		cfg.Engines = rc.engines[name]
+		if rc.twoNodes && name == "eu" {
+			cfg.Cluster.Node = "eu-1"
+		}
+	}})
 	items := []string{"rb-a", "rb-b", "rb-c"}
 	m := &lcModel{liked: map[[2]string]bool{}}
 	start := time.Now()
@@ -182,10 +193,21 @@ func checkRebuild(t *testing.T, rc rebuildCase) {
 	start = time.Now()
 	cfg.Lifecycle.BootstrapFromPeers = true
 	eu.cfg = cfg
-	eu.start(t, nil)
+	rebuilt := []*triNode{eu}
+	if !rc.twoNodes {
+		eu.start(t, nil)
+	} else {
+		eu2 := startBoth(t, c, eu)
+		rebuilt = append(rebuilt, eu2)
+	}
 	c.poll(t, 90*time.Second, "eu to rebuild from both peers", func() (bool, string) {
-		p := rebuildingOf(eu.r)
-		return len(p) == 0, strings.Join(p, ",")
+		var b strings.Builder
+		for _, n := range rebuilt {
+			if p := rebuildingOf(n.r); len(p) > 0 {
+				fmt.Fprintf(&b, " %s waits for %s", n.name, strings.Join(p, ","))
+			}
+		}
+		return b.Len() == 0, b.String()
 	})
 	t.Logf("eu rebuilt in %v", time.Since(start).Round(time.Millisecond))
 	eu.cfg.Lifecycle.BootstrapFromPeers = false
@@ -301,4 +323,51 @@ func TestKafkaRebuildRefusesRestoredFolder(t *testing.T) {
 	if p := rebuildingOf(r); len(p) != 1 || p[0] != "eu" {
 		t.Fatalf("the restored folder rebuilds from %v, want [eu]", p)
 	}
+}
+
+// startBoth starts eu (node eu-1, on its configuration) and a second node
+// eu-2 of the same region at once, both with --bootstrap-from-peers on the
+// one empty keyspace, and adds eu-2 to the cluster's nodes.
+func startBoth(t *testing.T, c *triCluster, eu *triNode) *triNode {
+	t.Helper()
+	ln1, err := net.Listen("tcp", eu.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln2, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg2 := eu.cfg
+	cl := *eu.cfg.Cluster
+	cl.Node = "eu-2"
+	cl.HTTPAdvertise = "http://" + ln2.Addr().String()
+	cl.Seeds = []string{c.byName["us"].r.GossipAddr()}
+	cfg2.Cluster = &cl
+	eu2 := &triNode{name: "eu-2", cfg: cfg2, addr: ln2.Addr().String()}
+	nodes := []*triNode{eu, eu2}
+	opened := make([]*region.Region, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() { opened[i], errs[i] = region.Open(context.Background(), n.cfg) })
+	}
+	wg.Wait()
+	for i, n := range nodes {
+		if errs[i] != nil {
+			for _, r := range opened {
+				if r != nil {
+					_ = r.Close()
+				}
+			}
+			_ = ln1.Close()
+			_ = ln2.Close()
+			t.Fatalf("open %s with --bootstrap-from-peers at once with the other node: %v", n.name, errs[i])
+		}
+	}
+	eu.serve(opened[0], ln1)
+	eu2.serve(opened[1], ln2)
+	t.Cleanup(func() { eu2.stop(t) })
+	c.nodes = append(c.nodes, eu2)
+	return eu2
 }

@@ -57,12 +57,15 @@ type rebuildState struct {
 // MarkRebuild records that this store rebuilds from peers (its own region
 // and "" are skipped). The keyspace's aggregators must have folded its whole
 // log first: its positions are about to rise past what its peers hold, and
-// no event below may be left unfolded (a fresh keyspace has none).
+// no event below may be left unfolded (a fresh keyspace has none). With the
+// aggregators on another log (ForeignPositions) their positions are not this
+// log's, so that is not checked here: only an empty log rises then
+// (RaiseRebuildBase, raiseStream).
 func (s *Store) MarkRebuild(ctx context.Context, peers []string) error {
 	if s.isClosed() {
 		return ErrClosed
 	}
-	for p := 0; p < s.opts.Partitions; p++ {
+	for p := 0; p < s.opts.Partitions && !s.opts.ForeignPositions; p++ {
 		seq, err := s.readSeq(ctx, uint32(p), true)
 		if err != nil {
 			return err

@@ -250,7 +250,6 @@ func TestRebuildBaseWithForeignPositions(t *testing.T) {
 	// A log that holds events is not raised.
 	g := newRetFixtureWith(t, "r1", 1, foreign)
 	g.write("i1", "u1", crdt.Liked)
-	g.aggregate()
 	if err := g.st.MarkRebuild(ctx, []string{"r2"}); err != nil {
 		t.Fatal(err)
 	}

@@ -44,9 +44,12 @@ var _ replica.RebuildSink = (*Store)(nil)
 // MarkRebuild records that this store rebuilds from peers: an empty one
 // (--bootstrap-from-peers), or one restored from a backup, whose aggregators
 // must have folded its whole log first (its positions are about to rise past
-// what its peers hold, and no event below may be left unfolded).
+// what its peers hold, and no event below may be left unfolded). With the
+// aggregators on another log (ForeignPositions) their positions are not this
+// log's, so that is not checked here: only an empty log rises then
+// (RaiseRebuildBase).
 func (s *Store) MarkRebuild(peers []string) error {
-	for p := 0; p < s.opts.Partitions; p++ {
+	for p := 0; p < s.opts.Partitions && !s.opts.ForeignPositions; p++ {
 		pos, _, err := s.Position(context.Background(), uint32(p))
 		if err != nil {
 			return err

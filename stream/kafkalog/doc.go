@@ -47,6 +47,16 @@
 // zombie relay still behind reads below the source's floor, fails, and
 // resumes from Kafka).
 //
+// Trust: the topic is inside the region's trust boundary, like its store. Its
+// records are validated (an undecodable one is parked in the DLQ, never
+// guessed at) but not signed: a well-formed event record is counted, and the
+// src-pos headers are the relay's memory and retention's bound (a record
+// claiming a position at or below the source's head makes the relay skip to
+// it and retention cut below it). So only the region may produce to its
+// topics: deploy Kafka with client authentication (--kafka-tls-cert) and ACLs
+// that grant Write on the log topic and its DLQ to the region's principal
+// alone.
+//
 // A source with a floor (LogFloor: both stores) is resumed after
 // max(src-pos, floor). A store's floor never passes an event the relay has
 // not published: retention cuts only below Log.Relayed, and a rebuild raises

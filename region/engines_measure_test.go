@@ -12,7 +12,8 @@ package region
 // For each region (embedded, engines, embedded again to bracket the load):
 //
 //  1. loadgen uniform-writes for LIKES_MEASURE_DURATION (default 15s) with
-//     LIKES_MEASURE_WORKERS (default 32) over HTTP (loopback): throughput,
+//     LIKES_MEASURE_WORKERS (default 32) over HTTP (loopback), on
+//     LIKES_MEASURE_PARTITIONS log partitions (default 16): throughput,
 //     write p50/p99, staleness p99 (now − asOf of counts read every 50ms);
 //  2. wait until the aggregators (and the relay) have no lag;
 //  3. loadgen viral-writes (every user flips their like on one item) for the
@@ -31,6 +32,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -76,10 +78,18 @@ func TestMeasureEngines(t *testing.T) {
 		}
 		workers = n
 	}
+	parts := 16
+	if v := os.Getenv("LIKES_MEASURE_PARTITIONS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 256 {
+			t.Fatalf("LIKES_MEASURE_PARTITIONS=%q: want 1..256", v)
+		}
+		parts = n
+	}
 	var results []measEngines
 	for i, name := range []string{"embedded", "engines", "embedded"} {
 		cfg := Config{
-			Name: "us", Partitions: 16, Window: 250 * time.Millisecond, Secret: e2eSecret, UserRate: -1,
+			Name: "us", Partitions: parts, Window: 250 * time.Millisecond, Secret: e2eSecret, UserRate: -1,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		}
 		if name == "engines" {
@@ -164,8 +174,9 @@ func measureOne(t *testing.T, cfg Config, name, runID string, dur time.Duration,
 		}
 	}
 	var ops0, ops1 cassandra.Ops
+	var by0 map[string]uint64
 	if r.Cassandra != nil {
-		ops0 = r.Cassandra.Ops()
+		ops0, by0 = r.Cassandra.Ops(), r.Cassandra.OpsByStatement()
 	}
 	eng0 := engineCPU(t)
 	cpu0 := cpuOf(os.Getpid())
@@ -174,6 +185,9 @@ func measureOne(t *testing.T, cfg Config, name, runID string, dur time.Duration,
 	eng1 := engineCPU(t)
 	if r.Cassandra != nil {
 		ops1 = r.Cassandra.Ops()
+	}
+	if r.Cassandra != nil && u.OK > 0 {
+		logOpsPerLike(t, name, by0, r.Cassandra.OpsByStatement(), u.OK)
 	}
 	if u.OK > 0 {
 		out.paxosPerLike = float64(ops1.Paxos-ops0.Paxos) / float64(u.OK)
@@ -245,4 +259,26 @@ func engineCPU(t *testing.T) map[string]time.Duration {
 		}
 	}
 	return out
+}
+
+// logOpsPerLike prints where a uniform like's Cassandra requests went: each
+// statement's requests between the two counts per like written, largest
+// first (those under 0.01 per like are summed).
+func logOpsPerLike(t *testing.T, name string, before, after map[string]uint64, likes int64) {
+	t.Helper()
+	keys := make([]string, 0, len(after))
+	for k := range after {
+		keys = append(keys, k)
+	}
+	per := func(k string) float64 { return float64(after[k]-before[k]) / float64(likes) }
+	sort.Slice(keys, func(i, j int) bool { return per(keys[i]) > per(keys[j]) })
+	rest := 0.0
+	for _, k := range keys {
+		if v := per(k); v >= 0.01 {
+			t.Logf("%s: %.3f requests per like: %s", name, v, k)
+		} else {
+			rest += v
+		}
+	}
+	t.Logf("%s: %.3f requests per like: every other statement", name, rest)
 }

@@ -117,6 +117,7 @@ type Store struct {
 	health breaker
 
 	paxosOps, plainOps atomic.Uint64 // requests issued (Ops)
+	opsBy              sync.Map      // statement → *atomic.Uint64 (OpsByStatement)
 
 	rb rebuildState // pending rebuilds from peers (rebuild.go)
 
@@ -285,12 +286,43 @@ type Ops struct{ Paxos, Plain uint64 }
 // Ops returns the requests sent so far.
 func (s *Store) Ops() Ops { return Ops{Paxos: s.paxosOps.Load(), Plain: s.plainOps.Load()} }
 
+// OpsByStatement returns the requests sent so far per statement, keyed by
+// the kind ("paxos" for a lightweight transaction or a serial read, "plain"
+// otherwise) and the statement's text up to its WHERE clause, with the
+// keyspace left out (batches are "BATCH"): where a like's requests go
+// (BENCHMARKS.md). One map lookup and one atomic add per request.
+func (s *Store) OpsByStatement() map[string]uint64 {
+	out := map[string]uint64{}
+	s.opsBy.Range(func(k, v any) bool {
+		stmt := k.(string)
+		kind, text, _ := strings.Cut(stmt, " ")
+		if i := strings.Index(text, " WHERE "); i > 0 {
+			text = text[:i]
+		}
+		out[kind+" "+strings.ReplaceAll(text, s.opts.Keyspace+".", "")] += v.(*atomic.Uint64).Load()
+		return true
+	})
+	return out
+}
+
+// count records one request of kind ("paxos", "plain") with stmt.
+func (s *Store) count(kind, stmt string) {
+	k := kind + " " + stmt
+	v, ok := s.opsBy.Load(k)
+	if !ok {
+		v, _ = s.opsBy.LoadOrStore(k, new(atomic.Uint64))
+	}
+	v.(*atomic.Uint64).Add(1)
+}
+
 // newBatch is a batch at Options.Consistency; cas marks a conditional one.
 func (s *Store) newBatch(ctx context.Context, kind gocql.BatchType, cas bool) *gocql.Batch {
 	if cas {
 		s.paxosOps.Add(1)
+		s.count("paxos", "BATCH")
 	} else {
 		s.plainOps.Add(1)
+		s.count("plain", "BATCH")
 	}
 	b := s.s.NewBatch(kind).WithContext(ctx)
 	b.SetConsistency(s.opts.Consistency)
@@ -300,6 +332,7 @@ func (s *Store) newBatch(ctx context.Context, kind gocql.BatchType, cas bool) *g
 // read is an ordinary read or write at Options.Consistency.
 func (s *Store) read(ctx context.Context, stmt string, args ...any) *gocql.Query {
 	s.plainOps.Add(1)
+	s.count("plain", stmt)
 	return s.s.Query(stmt, args...).WithContext(ctx).Consistency(s.opts.Consistency)
 }
 
@@ -312,12 +345,14 @@ func (s *Store) write(ctx context.Context, stmt string, args ...any) *gocql.Quer
 // transaction that completed, and completes any that is half done.
 func (s *Store) serial(ctx context.Context, stmt string, args ...any) *gocql.Query {
 	s.paxosOps.Add(1)
+	s.count("paxos", stmt)
 	return s.s.Query(stmt, args...).WithContext(ctx).Consistency(gocql.Consistency(s.opts.Serial))
 }
 
 // cas is a lightweight transaction.
 func (s *Store) cas(ctx context.Context, stmt string, args ...any) *gocql.Query {
 	s.paxosOps.Add(1)
+	s.count("paxos", stmt)
 	return s.s.Query(stmt, args...).WithContext(ctx).Consistency(s.opts.Consistency).SerialConsistency(s.opts.Serial)
 }
 

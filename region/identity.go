@@ -550,6 +550,16 @@ func (r *Region) raiseRebuildBase(ctx context.Context) error {
 	if len(rebuilding) == 0 {
 		return nil
 	}
+	if r.Store != nil {
+		restored, err := r.Store.Restored()
+		if err != nil {
+			return err
+		}
+		if restored {
+			return fmt.Errorf("%w: the folder was restored from a backup and rebuilds from %s: with --log kafka a region rebuilds only on an empty data folder or keyspace (--bootstrap-from-peers); run a restored folder with --log store",
+				ErrIdentity, strings.Join(rebuilding, ","))
+		}
+	}
 	base := r.identity.Identity.PositionBase
 	if base == 0 {
 		if r.regStates[r.cfg.Name] == epoch.StateJoining {

@@ -286,10 +286,11 @@ func rebuildingOf(r *region.Region) []string {
 }
 
 // TestKafkaRebuildRefusesRestoredFolder: a folder restored from a backup
-// (likectl restore: marked to rebuild from its peers, on a data set without
-// a position base, its log usually holding events) is refused with the
-// aggregators on Kafka, before anything serves: only an empty log can rise
-// above the peers' cursors there. With --log store it opens.
+// (likectl restore: marked restored and to rebuild from its peers, its log
+// usually holding events; here of a bootstrapped data set, whose identity
+// has a position base) is refused with the aggregators on Kafka, before
+// anything serves: only an empty log can rise above the peers' cursors
+// there. With --log store it opens.
 func TestKafkaRebuildRefusesRestoredFolder(t *testing.T) {
 	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
@@ -305,7 +306,16 @@ func TestKafkaRebuildRefusesRestoredFolder(t *testing.T) {
 	if err := st.MarkRebuild([]string{"eu"}); err != nil {
 		t.Fatal(err)
 	}
+	if err := st.MarkRestored(); err != nil {
+		t.Fatal(err)
+	}
 	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The backup was of a bootstrapped data set: its identity has a base,
+	// so only the restore's own mark tells.
+	if err := region.WriteIdentity(filepath.Join(dir, cfg.Name), region.Identity{Format: 1, Region: cfg.Name,
+		DataSet: "0123456789abcdef0123456789abcdef", CreatedMs: 1, PositionBase: 1 << 40}); err != nil {
 		t.Fatal(err)
 	}
 	kcfg := cfg

@@ -311,6 +311,9 @@ func restore(args []string, e *env) error {
 			return fmt.Errorf("restore: %w", err)
 		}
 	}
+	if err := st.MarkRestored(); err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
 	fmt.Fprintf(stdout, "restored region %s into %s from a backup of %s; it rebuilds from %s once started (writes refused until then)\n",
 		*name, dst, time.UnixMilli(m.CreatedMs).UTC().Format(time.RFC3339), strings.Join(peers, ","))
 	if m.Etcd != "" {

@@ -32,8 +32,28 @@ import (
 // raises the log past the cursor alone (cassandra's doc.go, "Snapshots",
 // gives the argument for both stores).
 //
-// Keys: R peer → a rebuild from that peer is pending.
+// Keys: R peer → a rebuild from that peer is pending; Q → the store was
+// restored from a backup (MarkRestored).
 func rebuildKey(peer string) []byte { return cat('R', peer) }
+
+var restoredKey = []byte{'Q'}
+
+// MarkRestored records that this store was restored from a backup (likectl
+// restore): its log holds events of its data set from before the backup, so
+// only a rebuild that can raise a log holding events suits it (the
+// aggregators on the store's log, not Kafka: region's raiseRebuildBase).
+func (s *Store) MarkRestored() error {
+	b := s.db.NewBatch()
+	defer b.Close()
+	_ = b.Set(restoredKey, nil, nil)
+	return b.Commit(pebble.Sync)
+}
+
+// Restored reports whether MarkRestored was ever called on this store.
+func (s *Store) Restored() (bool, error) {
+	_, ok, err := getInto(s.db, restoredKey, func([]byte) (struct{}, error) { return struct{}{}, nil })
+	return ok, err
+}
 
 // ErrRebuilding refuses client writes while a rebuild is pending; it wraps
 // edge.ErrStorageUnavailable (503, retried later).

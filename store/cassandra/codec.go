@@ -82,6 +82,10 @@ type pending struct {
 	TTLSec int64  // the idempotency record's Cassandra TTL (0: no record)
 	Minute int64  // the relay intent's time bucket (Unix minutes)
 	Event  edge.Event
+	// legacy: decoded from format 1 (not encoded): an earlier release may
+	// have relayed it, recording that in the edge row rather than in
+	// edge_relays.
+	legacy bool
 }
 
 func encodePending(p pending) []byte {
@@ -94,10 +98,11 @@ func encodePending(p pending) []byte {
 
 func decodePending(v []byte) (pending, error) {
 	d := newDec(v)
-	if f := d.Byte(); f != blobV1 && f != pendingV2 {
+	f := d.Byte()
+	if f != blobV1 && f != pendingV2 {
 		d.Fail()
 	}
-	p := pending{Nonce: d.Uint64(), TTLSec: int64(d.Uvarint()), Minute: int64(d.Uvarint())}
+	p := pending{Nonce: d.Uint64(), TTLSec: int64(d.Uvarint()), Minute: int64(d.Uvarint()), legacy: f == blobV1}
 	p.Event = readEvent(&d)
 	return p, d.End()
 }

@@ -129,8 +129,12 @@
 //
 // Exactly once. Several relays of one pending event may run at once (the
 // writer, a later Apply on the edge, the sweeper, other processes). An append
-// takes the sequence row first, then reads the edges of its events and their
-// relay records (LOCAL_QUORUM), then transacts on the head it took. Inflight
+// takes the sequence row first, then reads its events' relay records
+// (LOCAL_QUORUM; for a pending event of format 1, from an earlier release,
+// the edge row too, where that release recorded its relays), then transacts
+// on the head it took. A format-2 event is relayed only by releases that
+// record it in edge_relays, and its edge's next event is written only once
+// that record is, so the record alone says whether it was relayed. Inflight
 // slots are replaced only after they were written and their relay records
 // written (a completed LOCAL_QUORUM write, hence visible to a later
 // LOCAL_QUORUM read; older releases cleared the edge's pending column with a

@@ -52,7 +52,10 @@ func (s *Store) readSeq(ctx context.Context, part uint32, serial bool) (seqRow, 
 // appendReq is one event waiting for its position.
 type appendReq struct {
 	slot slot // ESeq > 0: an edge's pending event (Item/User name the edge)
-	done chan appendRes
+	// legacy: the pending event is of format 1, which an earlier release may
+	// have relayed (tryAppend then reads the edge row too).
+	legacy bool
+	done   chan appendRes
 }
 
 type appendRes struct {
@@ -100,12 +103,12 @@ func (s *Store) appenderOf(part uint32) (*appender, error) {
 // submit queues r and waits for its outcome. Once queued the append happens
 // (or fails) even if ctx ends, so a caller never reports failure for an event
 // that reached the log.
-func (s *Store) submit(ctx context.Context, part uint32, sl slot) (relayed, error) {
+func (s *Store) submit(ctx context.Context, part uint32, sl slot, legacy bool) (relayed, error) {
 	a, err := s.appenderOf(part)
 	if err != nil {
 		return relayed{}, err
 	}
-	r := &appendReq{slot: sl, done: make(chan appendRes, 1)}
+	r := &appendReq{slot: sl, legacy: legacy, done: make(chan appendRes, 1)}
 	select {
 	case a.reqs <- r:
 	case <-s.closing:
@@ -131,7 +134,7 @@ func (s *Store) appendEdgeEvent(ctx context.Context, item, user string, eseq uin
 	ev := p.Event
 	ev.Item, ev.User = item, user
 	ev.Partition = edge.PartitionOf(item, edge.BucketOf(user), s.opts.Partitions)
-	return s.submit(ctx, ev.Partition, slot{ESeq: eseq, Nonce: p.Nonce, Event: ev})
+	return s.submit(ctx, ev.Partition, slot{ESeq: eseq, Nonce: p.Nonce, Event: ev}, p.legacy)
 }
 
 // appendStandalone appends an event that no edge row carries (purges,
@@ -139,7 +142,7 @@ func (s *Store) appendEdgeEvent(ctx context.Context, item, user string, eseq uin
 // such events are idempotent in effect.
 func (s *Store) appendStandalone(ctx context.Context, ev edge.Event) (relayed, error) {
 	ev.Partition = edge.PartitionOf(ev.Item, ev.Bucket, s.opts.Partitions)
-	return s.submit(ctx, ev.Partition, slot{Nonce: rand.Uint64() | 1, Event: ev})
+	return s.submit(ctx, ev.Partition, slot{Nonce: rand.Uint64() | 1, Event: ev}, false)
 }
 
 func (a *appender) loop() {
@@ -240,6 +243,17 @@ func (a *appender) appendBatch(reqs []*appendReq) {
 	}
 }
 
+// rowFromRelay is what step 2 of tryAppend needs of the edge of a format-2
+// event eseq, from its relay record alone: still pending below the record,
+// else relayed (at the record's position when the record is this event's).
+func rowFromRelay(eseq uint64, rel relayRec) edgeRow {
+	r := edgeRow{eseq: eseq, relayedESeq: rel.eseq, relayedPos: rel.pos, relayedTime: rel.time}
+	if rel.eseq < eseq {
+		r.pending = &pending{}
+	}
+	return r
+}
+
 // errLostRace: another append moved the head between our read and our write.
 var errLostRace = errors.New("cassandra: outbox append lost a race")
 
@@ -280,14 +294,24 @@ func (a *appender) tryAppend(ctx context.Context, open []*appendReq, settle func
 	// someone else. LOCAL_QUORUM reads suffice: a relay whose slots were
 	// replaced before our sequence state finished writing its relay records
 	// (or, from an older release, clearing its pending columns) before that
-	// replacing transaction.
+	// replacing transaction. An event of format 2 is relayed only by
+	// releases that record every relay in edge_relays (an earlier one fails
+	// to decode it), and a later event of its edge is written only once its
+	// record is: so its relay record alone tells, one read instead of two.
 	rows := make([]edgeRow, len(rest))
 	if err := parallel(len(rest), func(i int) error {
-		if rest[i].slot.ESeq == 0 {
+		r := rest[i]
+		if r.slot.ESeq == 0 {
 			return nil
 		}
 		var err error
-		rows[i], err = s.readEdgeRelayed(ctx, rest[i].slot.Event.Item, rest[i].slot.Event.User, false)
+		if r.legacy {
+			rows[i], err = s.readEdgeRelayed(ctx, r.slot.Event.Item, r.slot.Event.User, false)
+			return err
+		}
+		var rel relayRec
+		rel, err = s.readRelay(ctx, r.slot.Event.Item, r.slot.Event.User)
+		rows[i] = rowFromRelay(r.slot.ESeq, rel)
 		return err
 	}); err != nil {
 		return rest, err

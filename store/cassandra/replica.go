@@ -36,7 +36,7 @@ var ErrRemote = errors.New("cassandra: refused replicated input")
 func (s *Store) notifyCells(ctx context.Context, w pipeline.Window) error {
 	return parallel(len(w.Cells), func(i int) error {
 		k := w.Cells[i].Key
-		_, err := s.submit(ctx, feedPart, slot{Nonce: rand.Uint64() | 1, Event: edge.Event{Item: k.Item, Bucket: k.Shard}})
+		_, err := s.submit(ctx, feedPart, slot{Nonce: rand.Uint64() | 1, Event: edge.Event{Item: k.Item, Bucket: k.Shard}}, false)
 		return err
 	})
 }

@@ -273,13 +273,6 @@
 // stamped at or after last_time and after issued. So that an idle partition's
 // watermark follows the clock, Read records issued = now with an LWT
 // conditioned on the head and issued it read, at most once per IssueEvery.
-// A reader behind this process's own last finished append takes the
-// sequence row that append left instead of reading it (appendedState): every
-// position up to its head is a row (or below a raised floor, which the read
-// checks), and its CompleteThrough holds for every later position, whoever
-// appended it (event times never decrease along the row; issued only
-// grows). It only lags other processes' appends, which a reader sees once it
-// has caught up with ours and reads the row again.
 //
 // # Replication (replica.Source, replica.Sink)
 //

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
-	"sync/atomic"
 
 	"github.com/gocql/gocql"
 
@@ -83,42 +82,6 @@ type appender struct {
 	// first; if anyone moved the row since, the condition fails and the retry
 	// reads it.
 	known *seqRow
-	// appended is the latest of those states, for this process's readers
-	// (appendedState): every position up to its head is an outbox row.
-	appended atomic.Pointer[seqRow]
-}
-
-// setKnown records the sequence row a finished append of this appender left.
-func (a *appender) setKnown(seq *seqRow) {
-	a.known = seq
-	if cur := a.appended.Load(); cur == nil || cur.head < seq.head {
-		a.appended.Store(seq)
-	}
-}
-
-// appendedState is the sequence row as this process's own last finished
-// append to part left it, when a read after `after` can use it instead of
-// reading the row (ok false: read it). Every position up to its head is a
-// row (its slots and the ones before were written before it was recorded),
-// unless retention or a rebuild has truncated it since, which the read's
-// floor check catches; and its CompleteThrough is still a true claim for
-// every later position, whoever appended it (event times never decrease
-// along the row, and issued only grows). Another process's later appends
-// are not in it: a reader at its head reads the row, so it sees them once it
-// has caught up with ours. The relay, kicked after each write, so reads the
-// row about once per catch-up instead of once per poll.
-func (s *Store) appendedState(part uint32, after uint64) (seqRow, bool) {
-	s.appMu.Lock()
-	a := s.appenders[part]
-	s.appMu.Unlock()
-	if a == nil {
-		return seqRow{}, false
-	}
-	seq := a.appended.Load()
-	if seq == nil || after >= seq.head {
-		return seqRow{}, false
-	}
-	return *seq, true
 }
 
 func (s *Store) appenderOf(part uint32) (*appender, error) {
@@ -374,7 +337,7 @@ func (a *appender) tryAppend(ctx context.Context, open []*appendReq, settle func
 	}
 	if len(todo) == 0 {
 		if a.completed == seq.head && seq.exists {
-			a.setKnown(&seq) // nothing changed it here
+			a.known = &seq // nothing changed it here
 		}
 		return nil, nil
 	}
@@ -431,7 +394,7 @@ func (a *appender) tryAppend(ctx context.Context, open []*appendReq, settle func
 		s.opts.OnError(err)
 	} else {
 		a.completed = head
-		a.setKnown(&seqRow{exists: true, head: head, lastTime: t, issued: seq.issued, inflight: slots})
+		a.known = &seqRow{exists: true, head: head, lastTime: t, issued: seq.issued, inflight: slots}
 	}
 	for _, sl := range slots {
 		for _, r := range todo {
@@ -499,16 +462,12 @@ func (s *Store) Read(ctx context.Context, part uint32, after uint64, limit int) 
 // readLog is Read of any outbox partition (the log's, or the cell-change
 // feed's without issuing CompleteThrough).
 func (s *Store) readLog(ctx context.Context, part uint32, after uint64, limit int, issue bool) ([]edge.Event, pipeline.Head, error) {
-	seq, own := s.appendedState(part, after)
-	if !own {
-		var err error
-		if seq, err = s.readSeq(ctx, part, false); err != nil {
-			return nil, pipeline.Head{}, err
-		}
+	seq, err := s.readSeq(ctx, part, false)
+	if err != nil {
+		return nil, pipeline.Head{}, err
 	}
 	h := pipeline.Head{Pos: seq.head, CompleteThrough: max(seq.lastTime-1, seq.issued)}
-	// (A reader behind this process's own appends is not idle: no issue.)
-	if now := s.opts.Clock.Now().UnixMilli(); issue && !own && now-h.CompleteThrough >= s.opts.IssueEvery.Milliseconds() && now > seq.issued {
+	if now := s.opts.Clock.Now().UnixMilli(); issue && now-h.CompleteThrough >= s.opts.IssueEvery.Milliseconds() && now > seq.issued {
 		var applied bool
 		var err error
 		if seq.exists {

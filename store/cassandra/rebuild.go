@@ -65,17 +65,9 @@ func (s *Store) MarkRebuild(ctx context.Context, peers []string) error {
 	if s.isClosed() {
 		return ErrClosed
 	}
-	for p := 0; p < s.opts.Partitions && !s.opts.ForeignPositions; p++ {
-		seq, err := s.readSeq(ctx, uint32(p), true)
-		if err != nil {
+	if !s.opts.ForeignPositions {
+		if err := s.foldedToHeads(ctx); err != nil {
 			return err
-		}
-		pos, err := s.committedPosition(ctx, uint32(p))
-		if err != nil {
-			return err
-		}
-		if pos < seq.head {
-			return fmt.Errorf("cassandra: MarkRebuild: partition %d is folded through %d of %d: run the aggregators to the log head first", p, pos, seq.head)
 		}
 	}
 	now := s.opts.Clock.Now().UnixMilli()
@@ -89,6 +81,25 @@ func (s *Store) MarkRebuild(ctx context.Context, peers []string) error {
 	}
 	_, err := s.loadRebuild(ctx)
 	return err
+}
+
+// foldedToHeads refuses a log partition whose aggregator has not folded it
+// through its head.
+func (s *Store) foldedToHeads(ctx context.Context) error {
+	for p := 0; p < s.opts.Partitions; p++ {
+		seq, err := s.readSeq(ctx, uint32(p), true)
+		if err != nil {
+			return err
+		}
+		pos, err := s.committedPosition(ctx, uint32(p))
+		if err != nil {
+			return err
+		}
+		if pos < seq.head {
+			return fmt.Errorf("cassandra: MarkRebuild: partition %d is folded through %d of %d: run the aggregators to the log head first", p, pos, seq.head)
+		}
+	}
+	return nil
 }
 
 // loadRebuild reads the pending rebuilds (at Open, after a change, and when
@@ -252,21 +263,10 @@ func (s *Store) finishRebuild(ctx context.Context, from string, yourLog []uint64
 	}
 	// The aggregators' positions follow (Position never answers below the
 	// truncation point anyway; the row is raised so that it says so too).
-	if err := parallel(len(target), func(p int) error {
-		if foreign {
-			return nil
-		}
-		var pos, wm int64
-		err := s.read(ctx, s.q.positionGet, p).Scan(&pos, &wm)
-		if errors.Is(err, gocql.ErrNotFound) {
-			err = nil
-		}
-		if err != nil || uint64(pos) >= target[p] {
+	if !foreign {
+		if err := parallel(len(target), func(p int) error { return s.raisePosition(ctx, p, target[p], target[p]) }); err != nil {
 			return err
 		}
-		return s.write(ctx, s.q.positionPut, p, int64(target[p]), wm).Exec()
-	}); err != nil {
-		return err
 	}
 	if err := s.write(ctx, s.q.rebuildDrop, from).Exec(); err != nil {
 		return fmt.Errorf("cassandra: finish rebuild from %q: %w", from, err)
@@ -307,20 +307,24 @@ func (s *Store) RaiseRebuildBase(ctx context.Context, base uint64, positions []u
 	if err := parallel(len(positions), func(p int) error { return s.raiseStream(ctx, uint32(p), base) }); err != nil {
 		return err
 	}
-	return parallel(len(positions), func(p int) error {
-		var pos, wm int64
-		err := s.read(ctx, s.q.positionGet, p).Scan(&pos, &wm)
-		if errors.Is(err, gocql.ErrNotFound) {
-			err = nil
-		}
-		if err != nil || uint64(pos) >= base {
-			return err
-		}
-		if err := s.write(ctx, s.q.positionPut, p, int64(positions[p]), wm).Exec(); err != nil {
-			return fmt.Errorf("cassandra: raise the position of partition %d to %d: %w", p, positions[p], err)
-		}
-		return nil
-	})
+	return parallel(len(positions), func(p int) error { return s.raisePosition(ctx, p, base, positions[p]) })
+}
+
+// raisePosition moves partition p's aggregator position to `to` if it is
+// below `below`, keeping its watermark.
+func (s *Store) raisePosition(ctx context.Context, p int, below, to uint64) error {
+	var pos, wm int64
+	err := s.read(ctx, s.q.positionGet, p).Scan(&pos, &wm)
+	if errors.Is(err, gocql.ErrNotFound) {
+		err = nil
+	}
+	if err != nil || uint64(pos) >= below {
+		return err
+	}
+	if err := s.write(ctx, s.q.positionPut, p, int64(to), wm).Exec(); err != nil {
+		return fmt.Errorf("cassandra: raise the position of partition %d to %d: %w", p, to, err)
+	}
+	return nil
 }
 
 // raiseStream moves outbox partition part (a log partition, or the

@@ -117,7 +117,8 @@ type Store struct {
 	health breaker
 
 	paxosOps, plainOps atomic.Uint64 // requests issued (Ops)
-	opsBy              sync.Map      // statement → *atomic.Uint64 (OpsByStatement)
+	opsMu              sync.RWMutex
+	opsBy              [2]map[string]*atomic.Uint64 // plain, paxos: requests per statement (OpsByStatement)
 
 	rb rebuildState // pending rebuilds from peers (rebuild.go)
 
@@ -293,36 +294,54 @@ func (s *Store) Ops() Ops { return Ops{Paxos: s.paxosOps.Load(), Plain: s.plainO
 // (BENCHMARKS.md). One map lookup and one atomic add per request.
 func (s *Store) OpsByStatement() map[string]uint64 {
 	out := map[string]uint64{}
-	s.opsBy.Range(func(k, v any) bool {
-		stmt := k.(string)
-		kind, text, _ := strings.Cut(stmt, " ")
-		if i := strings.Index(text, " WHERE "); i > 0 {
-			text = text[:i]
+	s.opsMu.RLock()
+	defer s.opsMu.RUnlock()
+	for kind, name := range [2]string{"plain", "paxos"} {
+		for text, n := range s.opsBy[kind] {
+			if i := strings.Index(text, " WHERE "); i > 0 {
+				text = text[:i]
+			}
+			out[name+" "+strings.ReplaceAll(text, s.opts.Keyspace+".", "")] += n.Load()
 		}
-		out[kind+" "+strings.ReplaceAll(text, s.opts.Keyspace+".", "")] += v.(*atomic.Uint64).Load()
-		return true
-	})
+	}
 	return out
 }
 
-// count records one request of kind ("paxos", "plain") with stmt.
-func (s *Store) count(kind, stmt string) {
-	k := kind + " " + stmt
-	v, ok := s.opsBy.Load(k)
-	if !ok {
-		v, _ = s.opsBy.LoadOrStore(k, new(atomic.Uint64))
+// Request kinds of count.
+const (
+	opPlain = 0
+	opPaxos = 1
+)
+
+// count records one request of kind (opPlain, opPaxos) with stmt: a read
+// lock, a map lookup and an atomic add; nothing is allocated once the
+// statement was seen.
+func (s *Store) count(kind int, stmt string) {
+	s.opsMu.RLock()
+	n := s.opsBy[kind][stmt]
+	s.opsMu.RUnlock()
+	if n == nil {
+		s.opsMu.Lock()
+		if s.opsBy[kind] == nil {
+			s.opsBy[kind] = map[string]*atomic.Uint64{}
+		}
+		if n = s.opsBy[kind][stmt]; n == nil {
+			n = new(atomic.Uint64)
+			s.opsBy[kind][stmt] = n
+		}
+		s.opsMu.Unlock()
 	}
-	v.(*atomic.Uint64).Add(1)
+	n.Add(1)
 }
 
 // newBatch is a batch at Options.Consistency; cas marks a conditional one.
 func (s *Store) newBatch(ctx context.Context, kind gocql.BatchType, cas bool) *gocql.Batch {
 	if cas {
 		s.paxosOps.Add(1)
-		s.count("paxos", "BATCH")
+		s.count(opPaxos, "BATCH")
 	} else {
 		s.plainOps.Add(1)
-		s.count("plain", "BATCH")
+		s.count(opPlain, "BATCH")
 	}
 	b := s.s.NewBatch(kind).WithContext(ctx)
 	b.SetConsistency(s.opts.Consistency)
@@ -332,7 +351,7 @@ func (s *Store) newBatch(ctx context.Context, kind gocql.BatchType, cas bool) *g
 // read is an ordinary read or write at Options.Consistency.
 func (s *Store) read(ctx context.Context, stmt string, args ...any) *gocql.Query {
 	s.plainOps.Add(1)
-	s.count("plain", stmt)
+	s.count(opPlain, stmt)
 	return s.s.Query(stmt, args...).WithContext(ctx).Consistency(s.opts.Consistency)
 }
 
@@ -345,14 +364,14 @@ func (s *Store) write(ctx context.Context, stmt string, args ...any) *gocql.Quer
 // transaction that completed, and completes any that is half done.
 func (s *Store) serial(ctx context.Context, stmt string, args ...any) *gocql.Query {
 	s.paxosOps.Add(1)
-	s.count("paxos", stmt)
+	s.count(opPaxos, stmt)
 	return s.s.Query(stmt, args...).WithContext(ctx).Consistency(gocql.Consistency(s.opts.Serial))
 }
 
 // cas is a lightweight transaction.
 func (s *Store) cas(ctx context.Context, stmt string, args ...any) *gocql.Query {
 	s.paxosOps.Add(1)
-	s.count("paxos", stmt)
+	s.count(opPaxos, stmt)
 	return s.s.Query(stmt, args...).WithContext(ctx).Consistency(s.opts.Consistency).SerialConsistency(s.opts.Serial)
 }
 

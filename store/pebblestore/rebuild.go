@@ -69,16 +69,9 @@ var _ replica.RebuildSink = (*Store)(nil)
 // log's, so that is not checked here: only an empty log rises then
 // (RaiseRebuildBase).
 func (s *Store) MarkRebuild(peers []string) error {
-	for p := 0; p < s.opts.Partitions && !s.opts.ForeignPositions; p++ {
-		pos, _, err := s.Position(context.Background(), uint32(p))
-		if err != nil {
+	if !s.opts.ForeignPositions {
+		if err := s.foldedToHeads(); err != nil {
 			return err
-		}
-		s.mu.Lock()
-		h := s.heads[p]
-		s.mu.Unlock()
-		if pos < h {
-			return fmt.Errorf("pebblestore: MarkRebuild: partition %d is folded through %d of %d: run the aggregators to the log head first", p, pos, h)
 		}
 	}
 	b := s.db.NewBatch()
@@ -93,6 +86,24 @@ func (s *Store) MarkRebuild(peers []string) error {
 		return err
 	}
 	return s.loadRebuild()
+}
+
+// foldedToHeads refuses a log partition whose aggregator has not folded it
+// through its head.
+func (s *Store) foldedToHeads() error {
+	for p := 0; p < s.opts.Partitions; p++ {
+		pos, _, err := s.Position(context.Background(), uint32(p))
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		h := s.heads[p]
+		s.mu.Unlock()
+		if pos < h {
+			return fmt.Errorf("pebblestore: MarkRebuild: partition %d is folded through %d of %d: run the aggregators to the log head first", p, pos, h)
+		}
+	}
+	return nil
 }
 
 // loadRebuild reads the pending rebuilds (at Open and after MarkRebuild).
@@ -226,14 +237,10 @@ func (s *Store) finishRebuild(ctx context.Context, from string, yourLog []uint64
 	defer b.Close()
 	for p, t := range target {
 		if foreign {
-			break
+			break // the positions are the other log's
 		}
-		pos, wm, err := s.Position(ctx, uint32(p))
-		if err != nil {
+		if err := s.raisePosition(b, p, t, t); err != nil {
 			return err
-		}
-		if pos < t {
-			_ = b.Set(posKey(uint32(p)), encodePos(t, wm), nil)
 		}
 	}
 	// The cell outbox sequence likewise rises past the peer's cell cursor
@@ -324,15 +331,21 @@ func (s *Store) RaiseRebuildBase(ctx context.Context, base uint64, positions []u
 	b := s.db.NewBatch()
 	defer b.Close()
 	for p, t := range positions {
-		pos, wm, err := s.Position(ctx, uint32(p))
-		if err != nil {
+		if err := s.raisePosition(b, p, base, t); err != nil {
 			return err
-		}
-		if pos < base {
-			_ = b.Set(posKey(uint32(p)), encodePos(t, wm), nil)
 		}
 	}
 	return b.Commit(pebble.Sync)
+}
+
+// raisePosition sets, in b, partition p's aggregator position to `to` if it
+// is below `below`, keeping its watermark (under cellMu).
+func (s *Store) raisePosition(b *batch, p int, below, to uint64) error {
+	pos, wm, err := s.Position(context.Background(), uint32(p))
+	if err != nil || pos >= below {
+		return err
+	}
+	return b.Set(posKey(uint32(p)), encodePos(to, wm), nil)
 }
 
 // Checkpoint writes a consistent copy of the database to dir (a backup:

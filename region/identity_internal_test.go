@@ -118,7 +118,11 @@ func TestIdentityHostileFile(t *testing.T) {
 		"bad data set":   `{"format":1,"region":"us","dataSet":"../../etc/passwd"}`,
 		"bad cluster id": `{"format":1,"cluster":"ZZ","region":"us","dataSet":"00000000000000000000000000000000"}`,
 		"trailing data":  `{"format":1,"region":"us","dataSet":"00000000000000000000000000000000"} {}`,
-		"huge":           strings.Repeat(" ", 5000) + "{}",
+		// A position base past kafkalog.MaxPositionBase (3·2^60) would push
+		// positions past replica.MaxHWM; a negative one is not a uint64.
+		"huge base":     `{"format":1,"region":"us","dataSet":"00000000000000000000000000000000","positionBase":3458764513820540929}`,
+		"negative base": `{"format":1,"region":"us","dataSet":"00000000000000000000000000000000","positionBase":-1}`,
+		"huge":          strings.Repeat(" ", 5000) + "{}",
 	} {
 		dir := filepath.Join(t.TempDir(), "us")
 		if err := os.MkdirAll(dir, 0o755); err != nil {

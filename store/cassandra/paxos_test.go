@@ -3,6 +3,7 @@ package cassandra
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,6 +33,34 @@ func TestPaxosPerLike(t *testing.T) {
 	}
 	if evs := logOf(t, s); len(evs) != n+1 {
 		t.Fatalf("log holds %d events, want %d", len(evs), n+1)
+	}
+	// The per-statement counts add up to the totals, and name the edge LWT
+	// without the keyspace.
+	var paxos, plain uint64
+	for k, v := range s.OpsByStatement() {
+		switch {
+		case strings.HasPrefix(k, "paxos "):
+			paxos += v
+		case strings.HasPrefix(k, "plain "):
+			plain += v
+		default:
+			t.Fatalf("statement %q has no kind", k)
+		}
+		if strings.Contains(k, ks+".") {
+			t.Fatalf("statement %q names the keyspace", k)
+		}
+	}
+	if ops := s.Ops(); paxos != ops.Paxos || plain != ops.Plain {
+		t.Fatalf("per statement %d Paxos, %d plain; totals %+v", paxos, plain, ops)
+	}
+	var edgeLWT uint64
+	for k, v := range s.OpsByStatement() {
+		if strings.HasPrefix(k, "paxos INSERT INTO edges ") {
+			edgeLWT += v
+		}
+	}
+	if edgeLWT < n {
+		t.Fatalf("the edge LWT is counted %d times by its statement, want at least %d: %v", edgeLWT, n, s.OpsByStatement())
 	}
 }
 

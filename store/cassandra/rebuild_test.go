@@ -178,6 +178,17 @@ func TestKeyspaceIdentity(t *testing.T) {
 	if id, err = f.st.Identity(ctx); err != nil || id.Cluster != "c2" || id.DataSet != "d1" || id.PositionBase != base {
 		t.Fatalf("identity %+v %v", id, err)
 	}
+	// A meta row with a negative base (written around this store) is refused.
+	bad := "UPDATE " + f.st.Keyspace() + ".meta SET position_base = -5 WHERE name = 'store'"
+	if err := cassandra.SharedSession(t).Query(bad).WithContext(ctx).Exec(); err != nil {
+		t.Fatal(err)
+	}
+	if id, err := f.st.Identity(ctx); err == nil {
+		t.Fatalf("identity with a negative position base read as %+v", id)
+	}
+	if err := cassandra.SharedSession(t).Query("UPDATE "+f.st.Keyspace()+".meta SET position_base = ? WHERE name = 'store'", int64(base)).WithContext(ctx).Exec(); err != nil {
+		t.Fatal(err)
+	}
 	f.write("i1", "u1", crdt.Liked)
 	if held, err := f.st.HoldsData(ctx); !held || err != nil {
 		t.Fatalf("keyspace with a write holds no data: %v %v", held, err)

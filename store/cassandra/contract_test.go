@@ -30,11 +30,22 @@ func open(t *testing.T, partitions int, clk clock.Clock) *cassandra.Store {
 
 func openOn(t *testing.T, ks string, partitions int, clk clock.Clock) *cassandra.Store {
 	t.Helper()
+	return openGroups(t, ks, partitions, 0, clk)
+}
+
+// openGroups opens a store with Options.SequenceGroups = groups (0: the
+// default; -1: the per-partition layout of keyspaces created before schema 10).
+func openGroups(t *testing.T, ks string, partitions, groups int, clk clock.Clock) *cassandra.Store {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	if groups < 0 {
+		cassandra.MakeLegacySequence(t, ks, "r1", partitions)
+		groups = 0
+	}
 	s, err := cassandra.Open(ctx, cassandra.Options{
 		Session: cassandra.SharedSession(t), Keyspace: ks, Region: "r1", Partitions: partitions, Clock: clk,
-		OnError: func(err error) { t.Logf("background: %v", err) },
+		OnError: func(err error) { t.Logf("background: %v", err) }, SequenceGroups: groups,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -61,13 +72,16 @@ func TestJobStoreContract(t *testing.T) {
 func TestPipelineContract(t *testing.T) {
 	cassandra.SharedSession(t)
 	for _, tc := range []struct {
-		name  string
-		parts int
-		fake  bool
+		name   string
+		parts  int
+		fake   bool
+		groups int // Options.SequenceGroups (-1: the per-partition layout)
 	}{
-		{"fake-clock-8", 8, true},
-		{"fake-clock-1", 1, true},
-		{"real-clock-3", 3, false},
+		{"fake-clock-8", 8, true, 0},
+		{"fake-clock-1", 1, true, 0},
+		{"real-clock-3", 3, false, 0},
+		{"fake-clock-8-three-groups", 8, true, 3},
+		{"real-clock-3-per-partition-rows", 3, false, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pipelinetest.Run(t, func(t *testing.T) pipelinetest.Harness {
@@ -77,7 +91,7 @@ func TestPipelineContract(t *testing.T) {
 					fake = clock.NewFake(time.UnixMilli(t0))
 					clk = fake
 				}
-				s := open(t, tc.parts, clk)
+				s := openGroups(t, cassandra.FreshKeyspace(t), tc.parts, tc.groups, clk)
 				return pipelinetest.Harness{Store: s, Log: s, Cells: s, Counts: s, Region: s.Region(), Clock: fake}
 			})
 		})

@@ -159,6 +159,21 @@ func FreshKeyspace(t testing.TB) string {
 	return name
 }
 
+// MakeLegacySequence writes keyspace ks's store row as a release before
+// schema 10 did (no seq_groups): a store opened on it keeps one sequence row
+// per log partition (outbox_seq).
+func MakeLegacySequence(t testing.TB, ks, region string, partitions int) {
+	t.Helper()
+	err := SharedSession(t).Query(fmt.Sprintf("INSERT INTO %s.meta (name, region, partitions, created_ms) VALUES ('store', ?, ?, ?)", ks),
+		region, partitions, time.Now().UnixMilli()).Exec()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// SequenceGroups is the keyspace's sequence layout (0: one row per partition).
+func (s *Store) SequenceGroups() int { return s.seqGroups }
+
 // SetTestHook installs a hook called at the named stages of a write; a
 // non-nil error makes the write stop there, as a crash would.
 func (s *Store) SetTestHook(h func(stage string) error) { s.hook.Store(&h) }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sort"
 
 	"github.com/gocql/gocql"
@@ -28,30 +30,10 @@ type seqRow struct {
 	inflight []slot
 }
 
-func (s *Store) readSeq(ctx context.Context, part uint32, serial bool) (seqRow, error) {
-	q := s.read
-	if serial {
-		q = s.serial
-	}
-	var head, lastTime, issued int64
-	var inflight []byte
-	err := q(ctx, s.q.seqSelect, int(part)).Scan(&head, &lastTime, &issued, &inflight)
-	if errors.Is(err, gocql.ErrNotFound) {
-		return seqRow{}, nil
-	}
-	if err != nil {
-		return seqRow{}, err
-	}
-	r := seqRow{exists: true, head: uint64(head), lastTime: lastTime, issued: issued}
-	if r.inflight, err = decodeInflight(part, inflight); err != nil {
-		return r, wrapCorrupt(fmt.Sprintf("inflight of log partition %d", part), err)
-	}
-	return r, nil
-}
-
 // appendReq is one event waiting for its position.
 type appendReq struct {
-	slot slot // ESeq > 0: an edge's pending event (Item/User name the edge)
+	part uint32 // the log partition (or feedPart)
+	slot slot   // ESeq > 0: an edge's pending event (Item/User name the edge)
 	// legacy: the pending event is of format 1, which an earlier release may
 	// have relayed (tryAppend then reads the edge row too).
 	legacy bool
@@ -63,15 +45,21 @@ type appendRes struct {
 	err error
 }
 
-// appender is the in-process sequencer of one log partition: it folds the
-// events waiting at a moment into one append (one transaction on the
-// partition's sequence row), so this process never contends with itself
+// appender is the in-process sequencer of one sequence group (one log
+// partition in the per-partition layout): it folds the events waiting at a
+// moment, for any partition of the group, into one append (one transaction on
+// the group's sequence rows), so this process never contends with itself
 // there. Processes sharing the keyspace contend through the transaction.
 type appender struct {
 	s      *Store
-	part   uint32
+	group  uint32
 	reqs   chan *appendReq
 	exited chan struct{} // closed when loop returns
+	parts  map[uint32]*partSeq
+}
+
+// partSeq is what an appender knows of one partition's sequence row.
+type partSeq struct {
 	// completed is the head after the last append whose slots this appender
 	// fully wrote and recorded (0: none): the next append may then skip
 	// flushing them again.
@@ -84,16 +72,26 @@ type appender struct {
 	known *seqRow
 }
 
+func (a *appender) part(p uint32) *partSeq {
+	ps := a.parts[p]
+	if ps == nil {
+		ps = &partSeq{}
+		a.parts[p] = ps
+	}
+	return ps
+}
+
 func (s *Store) appenderOf(part uint32) (*appender, error) {
 	s.appMu.Lock()
 	defer s.appMu.Unlock()
 	if s.isClosed() {
 		return nil, ErrClosed
 	}
-	a := s.appenders[part]
+	g := s.seqGroup(part)
+	a := s.appenders[g]
 	if a == nil {
-		a = &appender{s: s, part: part, reqs: make(chan *appendReq, s.opts.MaxBatch), exited: make(chan struct{})}
-		s.appenders[part] = a
+		a = &appender{s: s, group: g, reqs: make(chan *appendReq, s.opts.MaxBatch), exited: make(chan struct{}), parts: map[uint32]*partSeq{}}
+		s.appenders[g] = a
 		s.wg.Add(1)
 		go a.loop()
 	}
@@ -108,7 +106,7 @@ func (s *Store) submit(ctx context.Context, part uint32, sl slot, legacy bool) (
 	if err != nil {
 		return relayed{}, err
 	}
-	r := &appendReq{slot: sl, legacy: legacy, done: make(chan appendRes, 1)}
+	r := &appendReq{part: part, slot: sl, legacy: legacy, done: make(chan appendRes, 1)}
 	select {
 	case a.reqs <- r:
 	case <-s.closing:
@@ -238,7 +236,7 @@ func (a *appender) appendBatch(reqs []*appendReq) {
 		}
 	}
 	for _, r := range open {
-		err := fmt.Errorf("%w: outbox append to partition %d: %v", ErrContention, a.part, lastErr)
+		err := fmt.Errorf("%w: outbox append to partition %d: %v", ErrContention, r.part, lastErr)
 		settle(r, appendRes{err: err})
 	}
 }
@@ -257,33 +255,79 @@ func rowFromRelay(eseq uint64, rel relayRec) edgeRow {
 // errLostRace: another append moved the head between our read and our write.
 var errLostRace = errors.New("cassandra: outbox append lost a race")
 
+// maxSeqBatchBytes bounds the inflight slots one grouped transaction
+// carries (Cassandra refuses a batch past batch_size_fail_threshold, 50 KiB
+// by default); partitions beyond it wait for the next transaction.
+const maxSeqBatchBytes = 32 << 10
+
+// partAppend is one partition's part of an append.
+type partAppend struct {
+	part  uint32
+	seq   seqRow // the row the transaction is conditioned on
+	slots []slot
+	blob  []byte
+	head  uint64
+	t     int64
+}
+
 // tryAppend is one attempt; it settles what it can and returns the rest.
 func (a *appender) tryAppend(ctx context.Context, open []*appendReq, settle func(*appendReq, appendRes)) ([]*appendReq, error) {
 	s := a.s
-	seq, err := seqRow{}, error(nil)
-	if a.known != nil {
-		seq = *a.known
-	} else if seq, err = s.readSeq(ctx, a.part, true); err != nil {
-		return open, err
-	}
-	a.known = nil // until this attempt ends with our own append applied and finished
-	inflight := map[edgeSlotKey]slot{}
-	for _, sl := range seq.inflight {
-		if sl.ESeq > 0 {
-			inflight[edgeSlotKey{sl.Event.Item, sl.Event.User, sl.ESeq}] = sl
+	// The sequence rows of the partitions open touches: as this appender's
+	// own last append left them, else read at the serial consistency.
+	var parts []uint32
+	for _, r := range open {
+		if !slices.Contains(parts, r.part) {
+			parts = append(parts, r.part)
 		}
+	}
+	slices.Sort(parts)
+	seqs := make(map[uint32]seqRow, len(parts))
+	var unknown []uint32
+	for _, p := range parts {
+		if k := a.part(p).known; k != nil {
+			seqs[p] = *k
+		} else {
+			unknown = append(unknown, p)
+		}
+	}
+	if len(unknown) > 0 {
+		got, err := s.readSeqs(ctx, unknown)
+		if err != nil {
+			return open, err
+		}
+		maps.Copy(seqs, got)
+	}
+	for _, p := range parts {
+		a.part(p).known = nil // until this attempt ends with our own append applied and finished
+	}
+	inflight := map[edgeSlotKey]slot{}
+	for _, p := range parts {
+		for _, sl := range seqs[p].inflight {
+			if sl.ESeq > 0 {
+				inflight[edgeSlotKey{sl.Event.Item, sl.Event.User, sl.ESeq}] = sl
+			}
+		}
+	}
+	// flush writes and records a partition's last append's slots unless this
+	// appender did so already.
+	flush := func(p uint32) error {
+		ps, seq := a.part(p), seqs[p]
+		if len(seq.inflight) == 0 || ps.completed == seq.head {
+			return nil
+		}
+		if err := s.finishSlots(ctx, p, seq.inflight); err != nil {
+			return err
+		}
+		ps.completed = seq.head
+		return nil
 	}
 	// 1. Events in the last append's slots are appended already.
 	rest := open[:0:0]
-	finished := false
 	for _, r := range open {
 		if sl, ok := inflight[edgeSlotKey{r.slot.Event.Item, r.slot.Event.User, r.slot.ESeq}]; ok && r.slot.ESeq > 0 {
-			if !finished && a.completed != seq.head {
-				if err := a.finish(ctx, seq.inflight); err != nil {
-					return open, err
-				}
-				finished = true
-				a.completed = seq.head
+			if err := flush(r.part); err != nil {
+				return open, err
 			}
 			settle(r, appendRes{res: relayed{pos: sl.Pos, time: sl.Event.EventTime}})
 			continue
@@ -336,48 +380,68 @@ func (a *appender) tryAppend(ctx context.Context, open []*appendReq, settle func
 		}
 	}
 	if len(todo) == 0 {
-		if a.completed == seq.head && seq.exists {
-			a.known = &seq // nothing changed it here
+		for _, p := range parts {
+			if seq := seqs[p]; a.part(p).completed == seq.head && seq.exists {
+				a.part(p).known = &seq // nothing changed it here
+			}
 		}
 		return nil, nil
 	}
 	// 3. The last append's slots must be written and recorded before they are
 	// replaced (unless this appender did so itself).
-	if len(seq.inflight) > 0 && a.completed != seq.head {
-		if err := a.finish(ctx, seq.inflight); err != nil {
-			return todo, err
+	byPart := map[uint32][]*appendReq{}
+	for _, r := range todo {
+		byPart[r.part] = append(byPart[r.part], r)
+	}
+	for _, p := range parts {
+		if len(byPart[p]) > 0 {
+			if err := flush(p); err != nil {
+				return todo, err
+			}
 		}
-		a.completed = seq.head
 	}
-	// 4. Append: positions head+1…, one event time for the whole batch, never
-	// below the last one nor at or below a CompleteThrough already handed out.
-	t := max(s.opts.Clock.Now().UnixMilli(), seq.lastTime, seq.issued+1)
-	slots := make([]slot, len(todo))
-	for i, r := range todo {
-		sl := r.slot
-		sl.Pos = seq.head + uint64(i) + 1
-		sl.Event.Partition, sl.Event.Pos, sl.Event.EventTime = a.part, sl.Pos, t
-		if sl.Event.Kind == edge.KindReconcile {
-			sl.Event.Version = crdt.Version{Op: sl.Pos} // unique and growing: its dedupe identity
+	// 4. Append: in each partition positions head+1…, one event time for the
+	// partition's slots, never below its last one nor at or below a
+	// CompleteThrough already handed out; one transaction for them all.
+	now := s.opts.Clock.Now().UnixMilli()
+	var apps []partAppend
+	var later []*appendReq // past maxSeqBatchBytes: the next transaction's
+	size := 0
+	for _, p := range parts {
+		rs := byPart[p]
+		if len(rs) == 0 {
+			continue
 		}
-		slots[i] = sl
+		if len(apps) > 0 && size >= maxSeqBatchBytes {
+			later = append(later, rs...)
+			continue
+		}
+		seq := seqs[p]
+		t := max(now, seq.lastTime, seq.issued+1)
+		slots := make([]slot, len(rs))
+		for i, r := range rs {
+			sl := r.slot
+			sl.Pos = seq.head + uint64(i) + 1
+			sl.Event.Partition, sl.Event.Pos, sl.Event.EventTime = p, sl.Pos, t
+			if sl.Event.Kind == edge.KindReconcile {
+				sl.Event.Version = crdt.Version{Op: sl.Pos} // unique and growing: its dedupe identity
+			}
+			slots[i] = sl
+		}
+		blob := encodeInflight(slots)
+		size += len(blob)
+		apps = append(apps, partAppend{part: p, seq: seq, slots: slots, blob: blob, head: seq.head + uint64(len(slots)), t: t})
 	}
-	head := seq.head + uint64(len(slots))
-	blob := encodeInflight(slots)
-	m := map[string]any{}
-	var applied bool
-	if seq.exists {
-		applied, err = s.cas(ctx, s.q.seqAppend, int64(head), t, blob, int(a.part), int64(seq.head), seq.issued).MapScanCAS(m)
-	} else {
-		applied, err = s.cas(ctx, s.q.seqCreate, int(a.part), int64(head), t, blob).MapScanCAS(m)
-	}
+	applied, err := a.transact(ctx, apps)
 	if err != nil {
 		if !retryable(err) {
 			return todo, err
 		}
-		// Outcome unknown: look for our slots.
-		seq2, err2 := s.readSeq(ctx, a.part, true)
-		if err2 != nil || len(seq2.inflight) == 0 || seq2.inflight[0].Nonce != slots[0].Nonce || seq2.inflight[0].Pos != slots[0].Pos {
+		// Outcome unknown: look for our slots (a batch is atomic, so its
+		// first partition tells for all).
+		first := apps[0]
+		seq2, err2 := s.readSeq(ctx, first.part, true)
+		if err2 != nil || len(seq2.inflight) == 0 || seq2.inflight[0].Nonce != first.slots[0].Nonce || seq2.inflight[0].Pos != first.slots[0].Pos {
 			return todo, err // not ours (or replaced: then the edge reads of the next attempt tell)
 		}
 		applied = true
@@ -388,31 +452,65 @@ func (a *appender) tryAppend(ctx context.Context, open []*appendReq, settle func
 	if err := s.crashPoint("sequence-written"); err != nil {
 		return todo, err
 	}
-	if err := a.finish(ctx, slots); err != nil {
-		// The slots are committed in the sequence row: a reader or the next
-		// append writes them. Report the positions anyway.
-		s.opts.OnError(err)
-	} else {
-		a.completed = head
-		a.known = &seqRow{exists: true, head: head, lastTime: t, issued: seq.issued, inflight: slots}
-	}
-	for _, sl := range slots {
-		for _, r := range todo {
-			if r.slot.Nonce == sl.Nonce && r.slot.ESeq == sl.ESeq && r.slot.Event.Item == sl.Event.Item && r.slot.Event.User == sl.Event.User {
-				settle(r, appendRes{res: relayed{pos: sl.Pos, time: sl.Event.EventTime}})
-				break
+	done := make([]bool, len(apps))
+	_ = parallel(len(apps), func(i int) error {
+		if err := s.finishSlots(ctx, apps[i].part, apps[i].slots); err != nil {
+			// The slots are committed in the sequence row: a reader or the
+			// next append writes them. Report the positions anyway.
+			s.opts.OnError(err)
+			return nil
+		}
+		done[i] = true
+		return nil
+	})
+	for i, ap := range apps {
+		if done[i] {
+			ps := a.part(ap.part)
+			ps.completed = ap.head
+			ps.known = &seqRow{exists: true, head: ap.head, lastTime: ap.t, issued: ap.seq.issued, inflight: ap.slots}
+		}
+		for _, sl := range ap.slots {
+			for _, r := range byPart[ap.part] {
+				if r.slot.Nonce == sl.Nonce && r.slot.ESeq == sl.ESeq && r.slot.Event.Item == sl.Event.Item && r.slot.Event.User == sl.Event.User {
+					settle(r, appendRes{res: relayed{pos: sl.Pos, time: sl.Event.EventTime}})
+					break
+				}
 			}
 		}
 	}
-	return nil, nil
+	return later, nil
 }
 
-// finish makes an append's slots durable as outbox rows, then records each
-// edge event's relay (where it went) in edge_relays, which is what marks its
-// edge's pending event relayed. Plain writes only; idempotent.
-func (a *appender) finish(ctx context.Context, slots []slot) error {
+// transact is the append's one lightweight transaction: a conditional
+// statement for one partition, a conditional batch on the group's Cassandra
+// partition for several (atomic: all apply or none).
+func (a *appender) transact(ctx context.Context, apps []partAppend) (bool, error) {
 	s := a.s
-	if err := s.writeRows(ctx, a.part, slots); err != nil {
+	if len(apps) == 1 {
+		ap := apps[0]
+		stmt, args := s.seqAppendArgs(ap.part, ap.seq, ap.head, ap.t, ap.blob)
+		return s.cas(ctx, stmt, args...).MapScanCAS(map[string]any{})
+	}
+	b := s.newBatch(ctx, gocql.LoggedBatch, true)
+	b.SerialConsistency(s.opts.Serial)
+	for _, ap := range apps {
+		stmt, args := s.seqAppendArgs(ap.part, ap.seq, ap.head, ap.t, ap.blob)
+		b.Query(stmt, args...)
+	}
+	applied, it, err := s.s.MapExecuteBatchCAS(b, map[string]any{})
+	if it != nil {
+		if cerr := it.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return applied, err
+}
+
+// finishSlots makes an append's slots durable as outbox rows, then records
+// each edge event's relay (where it went) in edge_relays, which is what marks
+// its edge's pending event relayed. Plain writes only; idempotent.
+func (s *Store) finishSlots(ctx context.Context, part uint32, slots []slot) error {
+	if err := s.writeRows(ctx, part, slots); err != nil {
 		return err
 	}
 	return parallel(len(slots), func(i int) error {
@@ -471,9 +569,9 @@ func (s *Store) readLog(ctx context.Context, part uint32, after uint64, limit in
 		var applied bool
 		var err error
 		if seq.exists {
-			applied, err = s.cas(ctx, s.q.seqIssue, now, int(part), int64(seq.head), seq.issued).MapScanCAS(map[string]any{})
+			applied, err = s.cas(ctx, s.sq.issue, s.seqArgs(part, []any{now}, int64(seq.head), seq.issued)...).MapScanCAS(map[string]any{})
 		} else {
-			applied, err = s.cas(ctx, s.q.seqIssueNew, int(part), now).MapScanCAS(map[string]any{})
+			applied, err = s.cas(ctx, s.sq.issueNew, s.seqArgs(part, []any{now})...).MapScanCAS(map[string]any{})
 		}
 		if err == nil && applied {
 			h.CompleteThrough = now

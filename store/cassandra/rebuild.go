@@ -389,16 +389,12 @@ func (s *Store) raiseStream(ctx context.Context, part uint32, target uint64) err
 		// replaced (the outbox order's rule: an event in them is then known
 		// relayed to every later append).
 		if len(seq.inflight) > 0 {
-			if err := (&appender{s: s, part: part}).finish(ctx, seq.inflight); err != nil {
+			if err := s.finishSlots(ctx, part, seq.inflight); err != nil {
 				return err
 			}
 		}
-		var applied bool
-		if seq.exists {
-			applied, err = s.cas(ctx, s.q.seqAppend, int64(target), seq.lastTime, []byte(nil), int(part), int64(seq.head), seq.issued).MapScanCAS(map[string]any{})
-		} else {
-			applied, err = s.cas(ctx, s.q.seqCreate, int(part), int64(target), int64(0), []byte(nil)).MapScanCAS(map[string]any{})
-		}
+		stmt, args := s.seqAppendArgs(part, seq, target, seq.lastTime, nil)
+		applied, err := s.cas(ctx, stmt, args...).MapScanCAS(map[string]any{})
 		if err != nil {
 			if !retryable(err) {
 				return err
@@ -520,7 +516,7 @@ func (s *Store) SetIdentity(ctx context.Context, cluster, dataSet string, positi
 // append to its log, an edge, or a peer's applied stream. A freshly migrated
 // keyspace holds none of these (Open writes only the meta row).
 func (s *Store) HoldsData(ctx context.Context) (bool, error) {
-	for _, stmt := range []string{s.q.anyOwnAppend, s.q.anyEdge, s.q.anyPeerCursor} {
+	for _, stmt := range []string{s.sq.any, s.q.anyEdge, s.q.anyPeerCursor} {
 		it := s.read(ctx, stmt).Iter()
 		found := it.NumRows() > 0
 		if err := it.Close(); err != nil {

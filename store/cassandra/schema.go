@@ -229,6 +229,25 @@ var Steps = []Step{
 		// the identity's transaction; null (0) for an original data set.
 		`ALTER TABLE %[1]s.meta ADD IF NOT EXISTS position_base bigint`,
 	}},
+	{10, "sequence rows grouped in one partition (one transaction issues positions to several log partitions)", []string{
+		// outbox_seqs: the sequence rows of a keyspace created from this
+		// version on (meta.seq_groups >= 1): log partition p's row is
+		// (p % seq_groups, p), so one conditional batch on a group moves
+		// the heads of every partition it touches in one Paxos round
+		// (sequence.go). Columns as outbox_seq's, which keyspaces created
+		// before keep using (meta.seq_groups null).
+		`CREATE TABLE IF NOT EXISTS %[1]s.outbox_seqs (
+			grp int,
+			partition int,
+			head bigint,
+			last_time bigint,
+			issued bigint,
+			inflight blob,
+			PRIMARY KEY ((grp), partition))`,
+		// meta.seq_groups: written once, with the "store" row by Open's
+		// transaction; null on a keyspace whose store row is older.
+		`ALTER TABLE %[1]s.meta ADD IF NOT EXISTS seq_groups int`,
+	}},
 }
 
 // SchemaVersion is the version Migrate brings a keyspace to.

@@ -36,11 +36,6 @@ type stmts struct {
 	cursorPut    string
 	metaSelect   string
 
-	seqSelect    string
-	seqCreate    string // first append: IF NOT EXISTS
-	seqAppend    string // IF head = ? AND issued = ?
-	seqIssue     string // IF head = ? AND issued = ?
-	seqIssueNew  string // IF NOT EXISTS
 	outboxInsert string
 	outboxRange  string
 
@@ -81,7 +76,6 @@ type stmts struct {
 	rebuildDrop   string
 	identityGet   string
 	identityPut   string // IF data_set = the data set read before (null: none)
-	anyOwnAppend  string
 	anyEdge       string
 	anyPeerCursor string
 }
@@ -91,7 +85,7 @@ func newStmts(ks string) stmts {
 	q := func(s string) string { return r.Replace(s) }
 	const edgeCols = `state, epoch, op, updated_at, eseq, pending, branches, last_nonce, relayed_eseq, relayed_pos, relayed_time`
 	return stmts{
-		metaInsert: q(`INSERT INTO KS.meta (name, region, partitions, created_ms) VALUES (?, ?, ?, ?) IF NOT EXISTS`),
+		metaInsert: q(`INSERT INTO KS.meta (name, region, partitions, created_ms, seq_groups) VALUES (?, ?, ?, ?, ?) IF NOT EXISTS`),
 
 		edgeSelect: q(`SELECT ` + edgeCols + ` FROM KS.edges WHERE item = ? AND bucket = ? AND user = ?`),
 		edgeInsert: q(`INSERT INTO KS.edges (item, bucket, user, state, epoch, op, updated_at, eseq, pending, branches)
@@ -132,12 +126,6 @@ func newStmts(ks string) stmts {
 		cursorPut:    q(`INSERT INTO KS.sweep_cursors (partition, minute) VALUES (?, ?)`),
 		metaSelect:   q(`SELECT created_ms FROM KS.meta WHERE name = ?`),
 
-		seqSelect: q(`SELECT head, last_time, issued, inflight FROM KS.outbox_seq WHERE partition = ?`),
-		seqCreate: q(`INSERT INTO KS.outbox_seq (partition, head, last_time, issued, inflight) VALUES (?, ?, ?, 0, ?) IF NOT EXISTS`),
-		seqAppend: q(`UPDATE KS.outbox_seq SET head = ?, last_time = ?, inflight = ?
-			WHERE partition = ? IF head = ? AND issued = ?`),
-		seqIssue:     q(`UPDATE KS.outbox_seq SET issued = ? WHERE partition = ? IF head = ? AND issued = ?`),
-		seqIssueNew:  q(`INSERT INTO KS.outbox_seq (partition, head, last_time, issued) VALUES (?, 0, 0, ?) IF NOT EXISTS`),
 		outboxInsert: q(`INSERT INTO KS.outbox (partition, chunk, pos, event) VALUES (?, ?, ?, ?)`),
 		outboxRange:  q(`SELECT pos, event FROM KS.outbox WHERE partition = ? AND chunk = ? AND pos > ? AND pos <= ?`),
 
@@ -182,7 +170,6 @@ func newStmts(ks string) stmts {
 		rebuildDrop:   q(`DELETE FROM KS.rebuilds WHERE peer = ?`),
 		identityGet:   q(`SELECT region, created_ms, cluster, data_set, position_base FROM KS.meta WHERE name = 'store'`),
 		identityPut:   q(`UPDATE KS.meta SET cluster = ?, data_set = ?, position_base = ? WHERE name = 'store' IF data_set = ?`),
-		anyOwnAppend:  q(`SELECT partition FROM KS.outbox_seq LIMIT 1`),
 		anyEdge:       q(`SELECT item FROM KS.edges LIMIT 1`),
 		anyPeerCursor: q(`SELECT region FROM KS.remote_cursors LIMIT 1`),
 	}

@@ -97,6 +97,13 @@ type Options struct {
 	// never at least this log's truncation floor (which retention raises in
 	// this log's own positions; see doc.go, "Retention").
 	ForeignPositions bool
+	// SequenceGroups is how many sequence groups a keyspace this store
+	// creates gets (default 1, at most Partitions): the log partitions of
+	// one group take their positions from one Cassandra partition, so one
+	// transaction serves a group commit across all of them (sequence.go).
+	// Fixed at creation, like Partitions; a keyspace created before schema
+	// 10 keeps one sequence row per partition whatever this says.
+	SequenceGroups int
 }
 
 // Store is one region's Cassandra backend. It implements edge.Store,
@@ -110,7 +117,13 @@ type Store struct {
 	locks [1024]sync.Mutex // per-edge stripes: a process never races itself on an edge
 
 	appMu     sync.Mutex
-	appenders map[uint32]*appender
+	appenders map[uint32]*appender // by sequence group (seqGroup)
+
+	// seqGroups is the keyspace's sequence layout (meta.seq_groups): 0, one
+	// row per log partition in outbox_seq; n >= 1, partition p's row in
+	// group p % n of outbox_seqs. Fixed at Open.
+	seqGroups int
+	sq        seqStmts
 
 	hook atomic.Pointer[func(stage string) error] // tests: simulated crashes
 
@@ -197,6 +210,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.SequenceGroups == 0 {
+		opts.SequenceGroups = 1
+	}
+	if opts.SequenceGroups < 1 || opts.SequenceGroups > opts.Partitions {
+		return nil, fmt.Errorf("cassandra: SequenceGroups must be in [1, Partitions = %d], got %d", opts.Partitions, opts.SequenceGroups)
+	}
 	if err := checkSchema(ctx, opts.Session, opts.Keyspace); err != nil {
 		return nil, err
 	}
@@ -230,12 +249,13 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 
 func (s *Store) checkMeta(ctx context.Context) error {
 	m := map[string]any{}
-	applied, err := s.cas(ctx, s.q.metaInsert, "store", s.opts.Region, s.opts.Partitions, s.opts.Clock.Now().UnixMilli()).MapScanCAS(m)
+	applied, err := s.cas(ctx, s.q.metaInsert, "store", s.opts.Region, s.opts.Partitions, s.opts.Clock.Now().UnixMilli(),
+		s.opts.SequenceGroups).MapScanCAS(m)
 	if err != nil {
 		return fmt.Errorf("cassandra: meta: %w", err)
 	}
 	if applied {
-		return nil
+		return s.useSequence(s.opts.SequenceGroups)
 	}
 	region, _ := m["region"].(string)
 	parts, _ := m["partitions"].(int)
@@ -243,7 +263,8 @@ func (s *Store) checkMeta(ctx context.Context) error {
 		return fmt.Errorf("%w: keyspace %s was created for region %q with %d partitions, not region %q with %d",
 			ErrOtherKeyspace, s.opts.Keyspace, region, parts, s.opts.Region, s.opts.Partitions)
 	}
-	return nil
+	groups, _ := m["seq_groups"].(int) // null: created before schema 10
+	return s.useSequence(groups)
 }
 
 // Partitions implements pipeline.Log.

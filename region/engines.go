@@ -104,6 +104,10 @@ type CassandraEngine struct {
 	TLS *tls.Config
 	// Timeout bounds one request (default 10s).
 	Timeout time.Duration
+	// SequenceGroups is how many sequence groups a keyspace this region
+	// creates gets (cassandra.Options.SequenceGroups; 0: the default, 1).
+	// Fixed when the region's store row is created; ignored afterwards.
+	SequenceGroups int
 }
 
 // KafkaEngine configures the Kafka log.
@@ -283,9 +287,9 @@ func (r *Region) openStore(ctx context.Context) error {
 		st, err := cassandra.Open(ctx, cassandra.Options{
 			Session: sess, Keyspace: c.Keyspace, Region: cfg.Name, Partitions: cfg.Partitions, Clock: cfg.Clock,
 			Consistency: cons, Serial: serial, IssueEvery: cassandraIssueEvery,
-			ForeignPositions: cfg.Engines.Log == LogKafka,
-			OnError:          func(err error) { r.log.Warn("cassandra background work failed; retrying", "err", err) },
-			Logger:           r.log,
+			ForeignPositions: cfg.Engines.Log == LogKafka, SequenceGroups: c.SequenceGroups,
+			OnError: func(err error) { r.log.Warn("cassandra background work failed; retrying", "err", err) },
+			Logger:  r.log,
 		})
 		if errors.Is(err, cassandra.ErrOtherKeyspace) {
 			sess.Close()

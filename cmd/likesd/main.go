@@ -166,7 +166,7 @@ func (m *minFreeFlag) Set(v string) error {
 type engineFlags struct {
 	store, cassandra, keyspace, consistency, serial, dc string
 	log, kafka, topic                                   string
-	kafkaRF                                             int
+	kafkaRF, seqGroups                                  int
 	cache, redis, redisPrefix                           string
 	redisDB                                             int
 	cassTLS, kafkaTLS, redisTLS                         tlsFiles
@@ -179,6 +179,7 @@ func (e *engineFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&e.consistency, "consistency", "LOCAL_QUORUM", "Cassandra consistency of ordinary reads and writes")
 	fs.StringVar(&e.serial, "serial", "SERIAL", "Cassandra lightweight-transaction consistency: SERIAL or LOCAL_SERIAL")
 	fs.StringVar(&e.dc, "cassandra-dc", "", "Cassandra datacenter to route requests to first")
+	fs.IntVar(&e.seqGroups, "cassandra-sequence-groups", 0, "sequence groups of a keyspace this region creates (default 1: one transaction issues positions to every log partition; more spread several nodes' contention); fixed at creation")
 	fs.StringVar(&e.log, "log", region.LogStore, "what the aggregators read: store (the store's own log) or kafka (a relay publishes it to Kafka)")
 	fs.StringVar(&e.kafka, "kafka", "", "Kafka seed brokers, comma-separated host:port (--log kafka)")
 	fs.StringVar(&e.topic, "topic", "", "the region's Kafka log topic (default likes.<region>.log; dead letters in <topic>.dlq)")
@@ -205,8 +206,11 @@ func (e *engineFlags) build(name string) (region.Engines, error) {
 		return out
 	}
 	var errs []error
-	if e.store != region.StoreCassandra && (e.cassandra != "" || e.keyspace != "" || e.dc != "") {
-		errs = append(errs, fmt.Errorf("--cassandra, --keyspace and --cassandra-dc need --store cassandra (got --store %s)", e.store))
+	if e.store != region.StoreCassandra && (e.cassandra != "" || e.keyspace != "" || e.dc != "" || e.seqGroups != 0) {
+		errs = append(errs, fmt.Errorf("--cassandra, --keyspace, --cassandra-dc and --cassandra-sequence-groups need --store cassandra (got --store %s)", e.store))
+	}
+	if e.seqGroups < 0 || e.seqGroups > 4096 {
+		errs = append(errs, fmt.Errorf("--cassandra-sequence-groups %d out of range [1, --partitions]", e.seqGroups))
 	}
 	if e.log != region.LogKafka && (e.kafka != "" || e.topic != "") {
 		errs = append(errs, fmt.Errorf("--kafka and --topic need --log kafka (got --log %s)", e.log))
@@ -237,7 +241,8 @@ func (e *engineFlags) build(name string) (region.Engines, error) {
 	if e.store == region.StoreCassandra {
 		eng.Cassandra = region.CassandraEngine{
 			Hosts: split(e.cassandra), Keyspace: e.keyspace, Consistency: e.consistency, Serial: e.serial, LocalDC: e.dc,
-			Username: os.Getenv("LIKES_CASSANDRA_USER"), Password: os.Getenv("LIKES_CASSANDRA_PASSWORD"),
+			SequenceGroups: e.seqGroups,
+			Username:       os.Getenv("LIKES_CASSANDRA_USER"), Password: os.Getenv("LIKES_CASSANDRA_PASSWORD"),
 			TLS: cassTLS,
 		}
 	}

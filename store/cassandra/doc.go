@@ -49,7 +49,10 @@
 //	                                     announced (schema 8: false while a start's event is owed)
 //	outbox       ((partition, chunk), pos)  event          chunk = pos / 1024; partition 2^30
 //	                                     is the cell-change feed (replication)
-//	outbox_seq   ((partition))           head, last_time, issued, inflight
+//	outbox_seqs  ((grp), partition)      head, last_time, issued, inflight: log partition p's
+//	                                     sequence row in group p % meta.seq_groups (schema 10)
+//	outbox_seq   ((partition))           the same, one partition each: keyspaces whose store
+//	                                     row predates schema 10 (meta.seq_groups null)
 //	relay_intents ((partition, minute), item, user, eseq, nonce)  created_at
 //	sweep_cursors ((partition))          minute: first intent bucket not known clean
 //	cells        ((item), kind, region, shard, user)
@@ -61,7 +64,8 @@
 //	remote_cursors ((region), stream)    pos: how far a peer's log partition (stream >= 0) or
 //	                                     cell feed (stream -1) is applied, USING TIMESTAMP pos (schema 5)
 //	meta         ((name))                region, partition count, creation time (fixed);
-//	                                     cluster, data_set: the keyspace's identity (schema 7)
+//	                                     cluster, data_set: the keyspace's identity (schema 7);
+//	                                     position_base (schema 9); seq_groups (schema 10, fixed)
 //	log_floors   ((partition))           through, last_time USING TIMESTAMP through; deleted
 //	                                     USING TIMESTAMP deleted: truncation points (schema 6)
 //	rebuilds     ((peer))                marked_ms: a rebuild from that peer is pending (schema 7)
@@ -124,8 +128,14 @@
 // itself (same event, same position), so positions become visible in order
 // with no gaps and a tailing reader never finds one behind its cursor. Event
 // times are max(now, last_time, issued+1), so they never decrease along a
-// partition. One append goroutine per partition folds concurrent events into
-// one transaction (group commit).
+// partition. One append goroutine per sequence group folds concurrent events
+// into one transaction (group commit): the rows of a group's log partitions
+// are rows of one Cassandra partition (sequence.go), so that transaction is
+// one conditional batch (atomic, isolated, one Paxos round) with one
+// statement per partition it touches, each conditioned on that row's own
+// head and issued; everything below argues per row and holds unchanged. A
+// keyspace created before schema 10 has one group per log partition (the
+// outbox_seq table): the same code with one statement per transaction.
 //
 // Exactly once. Several relays of one pending event may run at once (the
 // writer, a later Apply on the edge, the sweeper, other processes). An append
@@ -553,22 +563,29 @@
 //     (pins), so contention is only a user racing themself; a per-edge lock in
 //     the process removes even that within one process.
 //   - Cells: no LWT (see "Cells"); a fence failure means a zombie writer.
-//   - Sequence rows: every append to a log partition transacts on its row. The
-//     appender remembers the row as its own last applied and finished append
+//   - Sequence rows: every append transacts on the rows of the partitions it
+//     touches, in their group's Cassandra partition. The
+//     appender remembers each row as its own last applied and finished append
 //     left it and conditions the next transaction on that, so an uncontended
-//     append is one LWT and no SERIAL read; if anyone moved the row since (a
+//     append is one LWT and no SERIAL read; if anyone moved a row since (a
 //     reader's issued, another process), the condition fails and the retry
 //     reads it at SERIAL. This is safe because the dedupe argument needs only
 //     a state of the row taken before the edge reads: our own commit is one.
-//     Within a process one goroutine per partition folds concurrent events into
-//     one LWT (up to MaxBatch), so throughput is batches/s × batch size per
-//     partition; processes sharing a keyspace contend. Readers issuing
-//     CompleteThrough add at most one LWT per IssueEvery per partition.
-//     Choose Partitions so that the region's write rate per partition stays
-//     well within one sequence row's LWT rate.
+//     Within a process one goroutine per group folds concurrent events into
+//     one LWT (up to MaxBatch events, and at most maxSeqBatchBytes of slots
+//     in one batch), so throughput is batches/s × batch size per group;
+//     processes sharing a keyspace contend on a group's partition, and a lost
+//     condition on any of its rows fails the whole batch, which re-reads the
+//     rows (one SERIAL read of the group) and retries. Readers issuing
+//     CompleteThrough add at most one LWT per IssueEvery per partition, on
+//     its group's partition. One group (the default) makes the sequence's
+//     share of Paxos per like one over the batch size whatever Partitions
+//     is; a region of several busy nodes may want more groups
+//     (--cassandra-sequence-groups, fixed when the keyspace's store row is
+//     created) to spread their contention.
 //
 // Per Apply without contention: one LWT on the edge row and one share of a
-// sequence LWT (group commit), no SERIAL read; plain reads and writes: the
+// sequence LWT (group commit over the group's partitions), no SERIAL read; plain reads and writes: the
 // edge, its relay record, the idempotency record and the erasure marker, the
 // relay intent (written, deleted), the idempotency record and user index
 // written, the relay record read and written by the append, the outbox row
@@ -592,9 +609,12 @@
 //     eseq. A fencing timestamp from (epoch, op) alone would let two nodes
 //     of the same epoch both decide on the same old version and both
 //     append; the pin fences other regions, not this region's nodes.
-//   - Kept: the sequence LWT (shared by a group commit). The outbox
-//     positions must be gap-free and in order (pipeline.Log), which needs one
-//     serialization point per log partition.
+//   - Kept, and shared: the sequence LWT. The outbox positions must be
+//     gap-free and in order (pipeline.Log), which needs one serialization
+//     point per log partition; since schema 10 one transaction serves every
+//     partition of a group, so a group commit folds the whole region's
+//     concurrent appends (about 12 events per transaction at 700 likes/s,
+//     BENCHMARKS.md) instead of one partition's (1.1).
 //   - Taken: the cell batch LWT per item and window. Cell and dedupe writes
 //     are stamped with their log prefix instead ("Cells"): a window built on
 //     an inconsistent read never passes its fence check, and of two

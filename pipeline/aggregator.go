@@ -185,6 +185,22 @@ func (a *Aggregator) Step(ctx context.Context) (n int, caughtUp bool, err error)
 	return len(evs), caughtUp, nil
 }
 
+// base reads what a window folds onto: in one call when the store can.
+func (a *Aggregator) base(ctx context.Context, keys []crdt.CellKey, edges []EdgeKey) (map[crdt.CellKey]crdt.Cell, map[EdgeKey]Applied, error) {
+	if br, ok := a.cfg.Cells.(BaseReader); ok {
+		return br.Base(ctx, a.partition, keys, edges)
+	}
+	cells, err := a.cfg.Cells.Cells(ctx, keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	applied, err := a.cfg.Cells.Applied(ctx, a.partition, edges)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cells, applied, nil
+}
+
 // fold sums events into fenced cell updates and dedupe state.
 func (a *Aggregator) fold(ctx context.Context, evs []edge.Event, w *Window) error {
 	keySet := map[crdt.CellKey]struct{}{}
@@ -205,11 +221,7 @@ func (a *Aggregator) fold(ctx context.Context, evs []edge.Event, w *Window) erro
 	for k := range edgeSet {
 		edges = append(edges, k)
 	}
-	cells, err := a.cfg.Cells.Cells(ctx, keys)
-	if err != nil {
-		return err
-	}
-	applied, err := a.cfg.Cells.Applied(ctx, a.partition, edges)
+	cells, applied, err := a.base(ctx, keys, edges)
 	if err != nil {
 		return err
 	}

@@ -68,6 +68,14 @@ type Window struct {
 	Dedupe    map[EdgeKey]Applied
 }
 
+// BaseReader is what a CellStore may add: the cells and dedupe state a
+// window folds onto (what Cells and Applied answer, same semantics) in one
+// call, so a store keeping an item's cells and its edges' dedupe state in one
+// partition reads each item once. The aggregator uses it when present.
+type BaseReader interface {
+	Base(ctx context.Context, partition uint32, cells []crdt.CellKey, edges []EdgeKey) (map[crdt.CellKey]crdt.Cell, map[EdgeKey]Applied, error)
+}
+
 // CellStore is where an aggregator keeps its cells, dedupe state and position.
 type CellStore interface {
 	// Position returns the partition's committed consumer position and watermark.

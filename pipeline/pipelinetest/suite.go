@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"runtime"
 	"sort"
@@ -333,6 +334,15 @@ func testCommitFence(t *testing.T, h Harness) {
 		}
 		if len(ap) != 1 || ap[e1] != (pipeline.Applied{Write: crdt.Version{Epoch: 1, Op: 2}}) {
 			t.Fatalf("%s: dedupe %+v", what, ap)
+		}
+		if br, ok := h.Cells.(pipeline.BaseReader); ok {
+			bc, ba, err := br.Base(ctx, 0, []crdt.CellKey{a, b}, []pipeline.EdgeKey{e1, e2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !maps.Equal(bc, cells) || !maps.Equal(ba, ap) {
+				t.Fatalf("%s: Base answers cells %+v, dedupe %+v; Cells and Applied %+v, %+v", what, bc, ba, cells, ap)
+			}
 		}
 		if pos, wm := position(t, h.Cells, 0); pos != 5 || wm != 100 {
 			t.Fatalf("%s: position %d/%d, want 5/100", what, pos, wm)

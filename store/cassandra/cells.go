@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
+	"strings"
 
 	"github.com/gocql/gocql"
 
@@ -99,6 +101,116 @@ func (s *Store) Applied(ctx context.Context, part uint32, keys []pipeline.EdgeKe
 		}
 	}
 	return out, nil
+}
+
+// Base implements pipeline.BaseReader: the window's cells (this region's,
+// shard = the log partition) and its edges' dedupe rows, which share each
+// item's partition, in one read per item (per 100 edges of a viral item).
+// One read of one partition is also one consistent state of it: a window's
+// base for an item can no longer mix two other writers' batches.
+func (s *Store) Base(ctx context.Context, part uint32, keys []crdt.CellKey, edges []pipeline.EdgeKey) (map[crdt.CellKey]crdt.Cell, map[pipeline.EdgeKey]pipeline.Applied, error) {
+	type want struct {
+		cell  bool // the item's cell of this partition
+		users []string
+	}
+	byItem := map[string]*want{}
+	get := func(item string) *want {
+		w := byItem[item]
+		if w == nil {
+			w = &want{}
+			byItem[item] = w
+		}
+		return w
+	}
+	for _, k := range keys {
+		if k.Region != s.opts.Region || k.Shard != part {
+			// Not a key a window of this partition folds: answer as Cells.
+			return s.baseApart(ctx, part, keys, edges)
+		}
+		get(k.Item).cell = true
+	}
+	for _, e := range edges {
+		get(e.Item).users = append(get(e.Item).users, e.User)
+	}
+	type read struct {
+		item  string
+		cell  bool
+		users []string
+	}
+	var reads []read
+	for item, w := range byItem {
+		cell, users := w.cell, w.users
+		for first := true; first || len(users) > 0; first = false {
+			n := min(len(users), 100)
+			reads = append(reads, read{item, cell, users[:n]})
+			cell, users = false, users[n:]
+		}
+	}
+	cells := make([]map[crdt.CellKey]crdt.Cell, len(reads))
+	applied := make([]map[pipeline.EdgeKey]pipeline.Applied, len(reads))
+	if err := parallel(len(reads), func(i int) error {
+		r := reads[i]
+		var tuples []string
+		var args []any
+		args = append(args, r.item)
+		if r.cell {
+			tuples = append(tuples, "(0, ?, ?, '')")
+			args = append(args, s.opts.Region, int(part))
+		}
+		for _, u := range r.users {
+			tuples = append(tuples, "(1, ?, ?, ?)")
+			args = append(args, s.opts.Region, int(part), u)
+		}
+		stmt := s.q.baseSelect + "(" + strings.Join(tuples, ", ") + ")"
+		it := s.read(ctx, stmt, args...).PageSize(1000).Iter()
+		cells[i], applied[i] = map[crdt.CellKey]crdt.Cell{}, map[pipeline.EdgeKey]pipeline.Applied{}
+		var kind int
+		var u string
+		var p, n, hwm, wm, we, wo, ce, co, at *int64
+		for it.Scan(&kind, &u, &p, &n, &hwm, &wm, &we, &wo, &ce, &co, &at) {
+			switch kind {
+			case 0:
+				cells[i][crdt.CellKey{Item: r.item, Region: s.opts.Region, Shard: part}] = crdt.Cell{
+					P: uint64(deref(p)), N: uint64(deref(n)), HWM: uint64(deref(hwm)), Watermark: deref(wm)}
+			case 1:
+				applied[i][pipeline.EdgeKey{Item: r.item, User: u}] = pipeline.Applied{
+					Write:      crdt.Version{Epoch: uint64(deref(we)), Op: uint64(deref(wo))},
+					Correction: crdt.Version{Epoch: uint64(deref(ce)), Op: uint64(deref(co))},
+					At:         deref(at),
+				}
+			}
+		}
+		return it.Close()
+	}); err != nil {
+		return nil, nil, err
+	}
+	outC := map[crdt.CellKey]crdt.Cell{}
+	outA := map[pipeline.EdgeKey]pipeline.Applied{}
+	for i := range reads {
+		maps.Copy(outC, cells[i])
+		maps.Copy(outA, applied[i])
+	}
+	return outC, outA, nil
+}
+
+// baseApart is Base as separate Cells and Applied reads.
+func (s *Store) baseApart(ctx context.Context, part uint32, keys []crdt.CellKey, edges []pipeline.EdgeKey) (map[crdt.CellKey]crdt.Cell, map[pipeline.EdgeKey]pipeline.Applied, error) {
+	cells, err := s.Cells(ctx, keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	applied, err := s.Applied(ctx, part, edges)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cells, applied, nil
+}
+
+func deref(v *int64) int64 {
+	if v == nil {
+		return 0
+	}
+	return *v
 }
 
 // ownCellEra lifts the write timestamps of this region's cells and dedupe

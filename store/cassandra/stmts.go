@@ -43,6 +43,7 @@ type stmts struct {
 	cellSelect    string
 	dedupeUpdate  string // USING TIMESTAMP ownCellStamp
 	dedupeSelect  string
+	baseSelect    string // + "((kind, ?, ?, ?), …)": Base's cells and dedupe rows of one item
 	cellCount     string
 	itemsFirst    string
 	itemsAfter    string
@@ -133,6 +134,8 @@ func newStmts(ks string) stmts {
 		cellSelect:  q(`SELECT hwm FROM KS.cells WHERE item = ? AND kind = 0 AND region = ? AND shard = ? AND user = ''`),
 		dedupeUpdate: q(`UPDATE KS.cells USING TIMESTAMP ? SET w_epoch = ?, w_op = ?, c_epoch = ?, c_op = ?, d_at = ?
 			WHERE item = ? AND kind = 1 AND region = ? AND shard = ? AND user = ?`),
+		baseSelect: q(`SELECT kind, user, p, n, hwm, watermark, w_epoch, w_op, c_epoch, c_op, d_at FROM KS.cells
+			WHERE item = ? AND (kind, region, shard, user) IN `),
 		dedupeSelect: q(`SELECT user, w_epoch, w_op, c_epoch, c_op, d_at FROM KS.cells
 			WHERE item = ? AND kind = 1 AND region = ? AND shard = ? AND user IN ?`),
 		cellCount:     q(`SELECT SUM(p), SUM(n) FROM KS.cells WHERE item = ? AND kind = 0`),

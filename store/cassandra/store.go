@@ -146,11 +146,12 @@ type Store struct {
 }
 
 var (
-	_ edge.Store         = (*Store)(nil)
-	_ edge.JobStore      = (*Store)(nil)
-	_ pipeline.Log       = (*Store)(nil)
-	_ pipeline.CellStore = (*Store)(nil)
-	_ counts.CountStore  = (*Store)(nil)
+	_ edge.Store          = (*Store)(nil)
+	_ edge.JobStore       = (*Store)(nil)
+	_ pipeline.Log        = (*Store)(nil)
+	_ pipeline.CellStore  = (*Store)(nil)
+	_ counts.CountStore   = (*Store)(nil)
+	_ pipeline.BaseReader = (*Store)(nil)
 )
 
 // Open checks the keyspace's schema and meta (creating the meta row on first

@@ -186,19 +186,20 @@ func (a *Aggregator) Step(ctx context.Context) (n int, caughtUp bool, err error)
 }
 
 // base reads what a window folds onto: in one call when the store can.
-func (a *Aggregator) base(ctx context.Context, keys []crdt.CellKey, edges []EdgeKey) (map[crdt.CellKey]crdt.Cell, map[EdgeKey]Applied, error) {
+func (a *Aggregator) base(ctx context.Context, keys []crdt.CellKey, edges []EdgeKey) (map[crdt.CellKey]crdt.Cell, map[EdgeKey]Applied, bool, error) {
 	if br, ok := a.cfg.Cells.(BaseReader); ok {
-		return br.Base(ctx, a.partition, keys, edges)
+		cells, applied, err := br.Base(ctx, a.partition, keys, edges)
+		return cells, applied, true, err
 	}
 	cells, err := a.cfg.Cells.Cells(ctx, keys)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	applied, err := a.cfg.Cells.Applied(ctx, a.partition, edges)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
-	return cells, applied, nil
+	return cells, applied, false, nil
 }
 
 // fold sums events into fenced cell updates and dedupe state.
@@ -221,10 +222,11 @@ func (a *Aggregator) fold(ctx context.Context, evs []edge.Event, w *Window) erro
 	for k := range edgeSet {
 		edges = append(edges, k)
 	}
-	cells, applied, err := a.base(ctx, keys, edges)
+	cells, applied, baseRead, err := a.base(ctx, keys, edges)
 	if err != nil {
 		return err
 	}
+	w.BaseRead = baseRead
 	deltas := make(map[crdt.CellKey]*crdt.Delta, len(keys))
 	w.Dedupe = map[EdgeKey]Applied{}
 	for _, ev := range evs {

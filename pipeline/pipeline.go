@@ -66,6 +66,13 @@ type Window struct {
 	Watermark int64
 	Cells     []CellUpdate
 	Dedupe    map[EdgeKey]Applied
+	// BaseRead says the aggregator read this window's base (the cells and
+	// dedupe state it folded onto) with the store's own BaseReader.Base. A
+	// store whose Base reads each item in one isolated read, and whose cell
+	// writes are ordered by their log prefix (Cassandra's, see its package
+	// doc), has no need to check the fences of such a window again at
+	// Commit; every other store checks them whatever this says.
+	BaseRead bool
 }
 
 // BaseReader is what a CellStore may add: the cells and dedupe state a

@@ -539,6 +539,22 @@ func (c countingCells) Commit(ctx context.Context, w pipeline.Window) error {
 	return err
 }
 
+// countingBaseCells is countingCells over a store that reads a window's
+// base in one call (pipeline.BaseReader): the wrapper must not hide it.
+type countingBaseCells struct {
+	countingCells
+	pipeline.BaseReader
+}
+
+// countCells wraps cs so that committed cell writes are counted in n.
+func countCells(cs pipeline.CellStore, n *atomic.Uint64) pipeline.CellStore {
+	c := countingCells{CellStore: cs, n: n}
+	if br, ok := cs.(pipeline.BaseReader); ok {
+		return countingBaseCells{c, br}
+	}
+	return c
+}
+
 // caching is the count cache, session overlay and limiters of a region.
 type caching struct {
 	cache    counts.Cache

@@ -202,7 +202,7 @@ func (o *opening) startPipeline(ctx context.Context) error {
 		return err
 	}
 	r.pcfg = pipeline.Config{
-		Region: cfg.Name, Log: r.aggLog, Cells: countingCells{CellStore: r.Backend, n: &r.cellWrites}, Clock: cfg.Clock,
+		Region: cfg.Name, Log: r.aggLog, Cells: countCells(r.Backend, &r.cellWrites), Clock: cfg.Clock,
 		Window: cfg.Window, Knobs: &pipeline.TestingKnobs{NoFence: cfg.knobs().Unsafe.NoFence},
 		OnError: func(p uint32, err error) {
 			if errors.Is(err, edge.ErrStorageUnavailable) {

@@ -105,9 +105,11 @@ func (s *Store) Applied(ctx context.Context, part uint32, keys []pipeline.EdgeKe
 
 // Base implements pipeline.BaseReader: the window's cells (this region's,
 // shard = the log partition) and its edges' dedupe rows, which share each
-// item's partition, in one read per item (per 100 edges of a viral item).
-// One read of one partition is also one consistent state of it: a window's
-// base for an item can no longer mix two other writers' batches.
+// item's partition, in one read per item (per 100 edges of a viral item,
+// each with the cell). One read of one partition is one consistent state of
+// it, so the window needs no fence check at Commit (Window.BaseRead; doc.go,
+// "Cells"); an item read in parts whose cell changed in between fails with
+// ErrFenced.
 func (s *Store) Base(ctx context.Context, part uint32, keys []crdt.CellKey, edges []pipeline.EdgeKey) (map[crdt.CellKey]crdt.Cell, map[pipeline.EdgeKey]pipeline.Applied, error) {
 	type want struct {
 		cell  bool // the item's cell of this partition
@@ -124,8 +126,7 @@ func (s *Store) Base(ctx context.Context, part uint32, keys []crdt.CellKey, edge
 	}
 	for _, k := range keys {
 		if k.Region != s.opts.Region || k.Shard != part {
-			// Not a key a window of this partition folds: answer as Cells.
-			return s.baseApart(ctx, part, keys, edges)
+			return nil, nil, fmt.Errorf("cassandra: Base: cell %v is not one a window of partition %d of region %q folds", k, part, s.opts.Region)
 		}
 		get(k.Item).cell = true
 	}
@@ -139,11 +140,11 @@ func (s *Store) Base(ctx context.Context, part uint32, keys []crdt.CellKey, edge
 	}
 	var reads []read
 	for item, w := range byItem {
-		cell, users := w.cell, w.users
+		users := w.users
 		for first := true; first || len(users) > 0; first = false {
 			n := min(len(users), 100)
-			reads = append(reads, read{item, cell, users[:n]})
-			cell, users = false, users[n:]
+			reads = append(reads, read{item, w.cell, users[:n]})
+			users = users[n:]
 		}
 	}
 	cells := make([]map[crdt.CellKey]crdt.Cell, len(reads))
@@ -186,24 +187,18 @@ func (s *Store) Base(ctx context.Context, part uint32, keys []crdt.CellKey, edge
 	}
 	outC := map[crdt.CellKey]crdt.Cell{}
 	outA := map[pipeline.EdgeKey]pipeline.Applied{}
-	for i := range reads {
+	seen := map[string]int{} // item → its first read
+	for i, r := range reads {
+		if j, ok := seen[r.item]; ok && r.cell && !maps.Equal(cells[i], cells[j]) {
+			// A viral item read in several parts, and another writer's
+			// batch changed its cell in between: no consistent base.
+			return nil, nil, fmt.Errorf("%w: the cell of %q changed while its %d dedupe rows were read", pipeline.ErrFenced, r.item, len(byItem[r.item].users))
+		}
+		seen[r.item] = i
 		maps.Copy(outC, cells[i])
 		maps.Copy(outA, applied[i])
 	}
 	return outC, outA, nil
-}
-
-// baseApart is Base as separate Cells and Applied reads.
-func (s *Store) baseApart(ctx context.Context, part uint32, keys []crdt.CellKey, edges []pipeline.EdgeKey) (map[crdt.CellKey]crdt.Cell, map[pipeline.EdgeKey]pipeline.Applied, error) {
-	cells, err := s.Cells(ctx, keys)
-	if err != nil {
-		return nil, nil, err
-	}
-	applied, err := s.Applied(ctx, part, edges)
-	if err != nil {
-		return nil, nil, err
-	}
-	return cells, applied, nil
 }
 
 func deref(v *int64) int64 {
@@ -255,8 +250,15 @@ func (s *Store) Commit(ctx context.Context, w pipeline.Window) error {
 	}
 	// 1. Fences, read at LOCAL_QUORUM: that sees every cell batch that
 	// completed, so a window already stale when Commit starts fails having
-	// written nothing.
-	if err := parallel(len(w.Cells), func(i int) error {
+	// written nothing. A window whose base came from Base needs no check:
+	// each item's base was one read of its partition, hence one consistent
+	// state, which is all the check guarded (doc.go, "Cells"); a stale one
+	// loses to the later prefix's timestamps instead of failing here.
+	fences := len(w.Cells)
+	if w.BaseRead {
+		fences = 0
+	}
+	if err := parallel(fences, func(i int) error {
 		u := w.Cells[i]
 		var hwm int64
 		err := s.read(ctx, s.q.cellSelect, u.Key.Item, u.Key.Region, int(u.Key.Shard)).Scan(&hwm)

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/likes-dev/likes/clock"
+	"github.com/likes-dev/likes/crdt"
 	"github.com/likes-dev/likes/edge"
 	"github.com/likes-dev/likes/edge/edgetest"
 	"github.com/likes-dev/likes/pipeline"
@@ -192,4 +194,55 @@ func TestReplayAnnouncesCellsOfACrashedWindow(t *testing.T) {
 		t.Fatalf("feed after the replay: %+v; want item a's cell (P 1) announced", cs)
 	}
 	pipelinetest.CheckCounts(t, s, s, []string{"a"})
+}
+
+// TestBaseReadsAnItemOnce: Base answers what Cells and Applied answer, in one
+// read per item (two for an item with 150 edges: reads of 100), and refuses a
+// cell no window of the partition folds.
+func TestBaseReadsAnItemOnce(t *testing.T) {
+	ks := FreshKeyspace(t)
+	s := openTest(t, ks, 2, clock.NewFake(time.UnixMilli(t0)))
+	ctx := context.Background()
+	viral := crdt.CellKey{Item: "viral", Region: "r1", Shard: 1}
+	plain := crdt.CellKey{Item: "plain", Region: "r1", Shard: 1}
+	w := pipeline.Window{Partition: 1, Through: 200, Watermark: 5,
+		Cells: []pipeline.CellUpdate{
+			{Key: viral, Cell: crdt.Cell{P: 150, HWM: 190, Watermark: 5}},
+			{Key: plain, Cell: crdt.Cell{P: 1, HWM: 200, Watermark: 5}},
+		},
+		Dedupe: map[pipeline.EdgeKey]pipeline.Applied{{Item: "plain", User: "u"}: {Write: crdt.Version{Epoch: 1, Op: 1}, At: 3}},
+	}
+	var edges []pipeline.EdgeKey
+	for i := range 150 {
+		k := pipeline.EdgeKey{Item: "viral", User: fmt.Sprintf("u%03d", i)}
+		w.Dedupe[k] = pipeline.Applied{Write: crdt.Version{Epoch: 2, Op: uint64(i + 1)}, At: int64(i)}
+		edges = append(edges, k)
+	}
+	if err := s.Commit(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	edges = append(edges, pipeline.EdgeKey{Item: "plain", User: "u"}, pipeline.EdgeKey{Item: "plain", User: "nobody"})
+	keys := []crdt.CellKey{viral, plain, {Item: "none", Region: "r1", Shard: 1}}
+	before := s.Ops().Plain
+	cells, applied, err := s.Base(ctx, 1, keys, edges)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reads := s.Ops().Plain - before; reads != 4 { // viral 2, plain 1, none 1
+		t.Fatalf("Base took %d reads, want 4", reads)
+	}
+	wantC, err := s.Cells(ctx, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantA, err := s.Applied(ctx, 1, edges)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(cells, wantC) || !maps.Equal(applied, wantA) || len(applied) != 151 {
+		t.Fatalf("Base: %d cells, %d dedupe rows; Cells and Applied: %d, %d", len(cells), len(applied), len(wantC), len(wantA))
+	}
+	if _, _, err := s.Base(ctx, 0, keys, nil); err == nil {
+		t.Fatal("Base of another partition's cells: no error")
+	}
 }

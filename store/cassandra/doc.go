@@ -245,8 +245,21 @@
 //     true claim for that prefix.)
 //   - A consistent base, or no write. A window's base is what it read of the
 //     cells and dedupe rows before folding; another writer's batch seen by
-//     one of those reads but not another would be an inconsistent base. Each
-//     batch is isolated within its item's partition, LOCAL_QUORUM reads are
+//     one of those reads but not another would be an inconsistent base. The
+//     aggregator reads it with Base (pipeline.BaseReader): one read per item
+//     of the item's partition, the cell and its edges' dedupe rows together
+//     (a viral item's edges in reads of 100, each with the cell: reads that
+//     disagree on its hwm fail the window with ErrFenced, and the
+//     aggregator starts it again). Each batch is isolated within its item's partition,
+//     so one read sees all of another writer's batch or none of it: the
+//     base of an item is one state of its rows, the state after some log
+//     prefix (the cell's hwm), and the fold from it is deterministic. The
+//     fold of an item reads nothing of another item, so the items' reads
+//     need not agree with each other. Such a window (Window.BaseRead) is
+//     committed without the fence check (a window's cell changes with
+//     every batch that changes its state, so equal hwms in an item's reads
+//     mean one state). A window whose base came from separate Cells and
+//     Applied reads is checked: LOCAL_QUORUM reads are
 //     monotonic (blocking read repair), and the fence check runs after the
 //     base reads: if any base read saw a batch of another writer that changed
 //     one of this window's cells, the check sees that cell's new hwm and the

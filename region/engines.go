@@ -105,7 +105,12 @@ type CassandraEngine struct {
 	// Timeout bounds one request (default 10s).
 	Timeout time.Duration
 	// SequenceGroups is how many sequence groups a keyspace this region
-	// creates gets (cassandra.Options.SequenceGroups; 0: the default, 1).
+	// creates gets (cassandra.Options.SequenceGroups). 0: one when the
+	// region is one process (Cluster.Node empty), so one transaction issues
+	// the positions of every log partition; one per log partition when it
+	// may run on several nodes (Cluster.Node set), since nodes appending to
+	// one group contend on its Cassandra partition (BENCHMARKS.md: two
+	// nodes on one group wrote about half as fast as on one group each).
 	// Fixed when the region's store row is created; ignored afterwards.
 	SequenceGroups int
 }
@@ -287,7 +292,7 @@ func (r *Region) openStore(ctx context.Context) error {
 		st, err := cassandra.Open(ctx, cassandra.Options{
 			Session: sess, Keyspace: c.Keyspace, Region: cfg.Name, Partitions: cfg.Partitions, Clock: cfg.Clock,
 			Consistency: cons, Serial: serial, IssueEvery: cassandraIssueEvery,
-			ForeignPositions: cfg.Engines.Log == LogKafka, SequenceGroups: c.SequenceGroups,
+			ForeignPositions: cfg.Engines.Log == LogKafka, SequenceGroups: sequenceGroups(cfg),
 			OnError: func(err error) { r.log.Warn("cassandra background work failed; retrying", "err", err) },
 			Logger:  r.log,
 		})
@@ -537,6 +542,19 @@ func (c countingCells) Commit(ctx context.Context, w pipeline.Window) error {
 		c.n.Add(uint64(len(w.Cells)))
 	}
 	return err
+}
+
+// sequenceGroups is the layout a keyspace this region creates gets
+// (CassandraEngine.SequenceGroups).
+func sequenceGroups(cfg Config) int {
+	switch {
+	case cfg.Engines.Cassandra.SequenceGroups > 0:
+		return cfg.Engines.Cassandra.SequenceGroups
+	case cfg.Cluster != nil && cfg.Cluster.Node != "":
+		return cfg.Partitions
+	default:
+		return 1
+	}
 }
 
 // countingBaseCells is countingCells over a store that reads a window's

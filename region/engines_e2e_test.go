@@ -22,6 +22,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -104,12 +105,26 @@ func engineConfig(t testing.TB, env engineEnv, name string) Engines {
 	DeleteTopicsAtEnd(t, env.kafka, topic)
 	return Engines{
 		Store:     StoreCassandra,
-		Cassandra: CassandraEngine{Hosts: env.cassandra, Keyspace: ks, Timeout: 20 * time.Second},
+		Cassandra: CassandraEngine{Hosts: env.cassandra, Keyspace: ks, Timeout: 20 * time.Second, SequenceGroups: seqGroupsFromEnv(t)},
 		Log:       LogKafka,
 		Kafka:     KafkaEngine{Brokers: env.kafka, Topic: topic, PollInterval: 10 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond},
 		Cache:     CacheRedis,
 		Redis:     rediscache.Config{Addr: env.redis, Prefix: "likes-e2e:" + tag + ":", Timeout: 500 * time.Millisecond},
 	}
+}
+
+// seqGroupsFromEnv is LIKES_MEASURE_SEQUENCE_GROUPS (default 0: the
+// store's default), for measurements comparing sequence layouts.
+func seqGroupsFromEnv(t testing.TB) int {
+	v := os.Getenv("LIKES_MEASURE_SEQUENCE_GROUPS")
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("LIKES_MEASURE_SEQUENCE_GROUPS=%q: want a count of groups, at least 1", v)
+	}
+	return n
 }
 
 var e2eSecret = []byte("engines-e2e-secret")

@@ -179,7 +179,7 @@ func (e *engineFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&e.consistency, "consistency", "LOCAL_QUORUM", "Cassandra consistency of ordinary reads and writes")
 	fs.StringVar(&e.serial, "serial", "SERIAL", "Cassandra lightweight-transaction consistency: SERIAL or LOCAL_SERIAL")
 	fs.StringVar(&e.dc, "cassandra-dc", "", "Cassandra datacenter to route requests to first")
-	fs.IntVar(&e.seqGroups, "cassandra-sequence-groups", 0, "sequence groups of a keyspace this region creates (default 1: one transaction issues positions to every log partition; more spread several nodes' contention); fixed at creation")
+	fs.IntVar(&e.seqGroups, "cassandra-sequence-groups", 0, "sequence groups of a keyspace this region creates (default: 1 without --node, one transaction issuing the positions of every log partition; one per log partition with --node, where nodes would contend on a shared group); fixed at creation")
 	fs.StringVar(&e.log, "log", region.LogStore, "what the aggregators read: store (the store's own log) or kafka (a relay publishes it to Kafka)")
 	fs.StringVar(&e.kafka, "kafka", "", "Kafka seed brokers, comma-separated host:port (--log kafka)")
 	fs.StringVar(&e.topic, "topic", "", "the region's Kafka log topic (default likes.<region>.log; dead letters in <topic>.dlq)")

@@ -593,9 +593,12 @@
 //     CompleteThrough add at most one LWT per IssueEvery per partition, on
 //     its group's partition. One group (the default) makes the sequence's
 //     share of Paxos per like one over the batch size whatever Partitions
-//     is; a region of several busy nodes may want more groups
-//     (--cassandra-sequence-groups, fixed when the keyspace's store row is
-//     created) to spread their contention.
+//     is, for a region that is one process; nodes sharing a group contend
+//     on it (two nodes on one group wrote about half as fast as on one group
+//     per partition, BENCHMARKS.md), so a region that may run on several
+//     nodes gets one group per partition (region's default with --node;
+//     --cassandra-sequence-groups overrides; fixed when the keyspace's store
+//     row is created).
 //
 // Per Apply without contention: one LWT on the edge row and one share of a
 // sequence LWT (group commit over the group's partitions), no SERIAL read; plain reads and writes: the

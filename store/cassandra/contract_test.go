@@ -40,7 +40,11 @@ func openGroups(t *testing.T, ks string, partitions, groups int, clk clock.Clock
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if groups < 0 {
-		cassandra.MakeLegacySequence(t, ks, "r1", partitions)
+		created := time.Now().UnixMilli()
+		if clk != nil {
+			created = clk.Now().UnixMilli()
+		}
+		cassandra.MakeLegacySequence(t, ks, "r1", partitions, created)
 		groups = 0
 	}
 	s, err := cassandra.Open(ctx, cassandra.Options{

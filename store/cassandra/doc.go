@@ -598,7 +598,16 @@
 //     per partition, BENCHMARKS.md), so a region that may run on several
 //     nodes gets one group per partition (region's default with --node;
 //     --cassandra-sequence-groups overrides; fixed when the keyspace's store
-//     row is created).
+//     row is created). Regroup (likectl migrate --sequence-groups) changes a
+//     keyspace's layout, the region's processes stopped: per partition it
+//     writes out the old row's last slots, then marks the row moved with a
+//     transaction conditioned on its head and issued that also changes
+//     issued (so an append conditioned on the row as a running process
+//     remembers it fails, and its re-read finds the marker: ErrSequenceMoved,
+//     or a decode failure on a release before this one), then writes the new
+//     row with the old head, last time and issued; meta.seq_groups last. A
+//     process still running on the old layout therefore fails closed; none
+//     issues a position twice.
 //
 // Per Apply without contention: one LWT on the edge row and one share of a
 // sequence LWT (group commit over the group's partitions), no SERIAL read; plain reads and writes: the

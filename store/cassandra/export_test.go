@@ -161,11 +161,12 @@ func FreshKeyspace(t testing.TB) string {
 
 // MakeLegacySequence writes keyspace ks's store row as a release before
 // schema 10 did (no seq_groups): a store opened on it keeps one sequence row
-// per log partition (outbox_seq).
-func MakeLegacySequence(t testing.TB, ks, region string, partitions int) {
+// per log partition (outbox_seq). createdMs is the store's creation time
+// (the sweeper scans relay intents from it), on the clock the test gives it.
+func MakeLegacySequence(t testing.TB, ks, region string, partitions int, createdMs int64) {
 	t.Helper()
 	err := SharedSession(t).Query(fmt.Sprintf("INSERT INTO %s.meta (name, region, partitions, created_ms) VALUES ('store', ?, ?, ?)", ks),
-		region, partitions, time.Now().UnixMilli()).Exec()
+		region, partitions, createdMs).Exec()
 	if err != nil {
 		t.Fatal(err)
 	}

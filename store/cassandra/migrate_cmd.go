@@ -19,6 +19,8 @@ import (
 //	--replication  CQL replication map (default SimpleStrategy, RF 1)
 //	--timeout    overall deadline (default 2m)
 //	--status     only print the applied versions, change nothing
+//	--sequence-groups N  then move the log's sequence rows to N groups
+//	             (Regroup; the region's processes stopped)
 func MigrateCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("likectl migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -31,6 +33,7 @@ func MigrateCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	replication := fs.String("replication", DefaultReplication, "keyspace replication, a CQL map literal")
 	timeout := fs.Duration("timeout", 2*time.Minute, "overall deadline")
 	status := fs.Bool("status", false, "print the applied schema versions and change nothing")
+	groups := fs.Int("sequence-groups", 0, "then move the log's sequence rows to this many groups (1: one transaction serves every log partition); stop the region's processes first")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -42,6 +45,9 @@ func MigrateCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	if !ValidKeyspace(*keyspace) {
 		return fmt.Errorf("migrate: invalid keyspace name %q", *keyspace)
+	}
+	if *groups < 0 || (*groups > 0 && *status) {
+		return fmt.Errorf("migrate: --sequence-groups wants a count of at least 1, without --status")
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
@@ -78,5 +84,8 @@ func MigrateCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	fmt.Fprintf(stdout, "%s: at schema version %d (%d step(s) applied now, %v)\n",
 		*keyspace, SchemaVersion, len(applied), time.Since(start).Round(time.Millisecond))
+	if *groups > 0 {
+		return Regroup(ctx, session, *keyspace, *groups, func(line string) { fmt.Fprintln(stdout, line) })
+	}
 	return nil
 }

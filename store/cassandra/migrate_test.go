@@ -3,6 +3,7 @@ package cassandra_test
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -92,5 +93,32 @@ func TestMigrateAndReopen(t *testing.T) {
 	d, err = s.Apply(ctx, edgetest.Like("item", user, "k", 1, t0+2))
 	if err != nil || d.Event == nil || d.Event.Pos != first.Pos+1 || d.Event.EventTime < first.EventTime {
 		t.Fatalf("write after reopen = %+v (event %+v), %v; want position %d", d, d.Event, err, first.Pos+1)
+	}
+
+	// likectl migrate --sequence-groups moves the rows (the store closed),
+	// and the positions continue.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	hosts := os.Getenv("LIKES_TEST_CASSANDRA_HOSTS")
+	if err := cassandra.MigrateCommand(ctx, []string{"--hosts", hosts, "--keyspace", ks, "--sequence-groups", "-1"}, &out, &errOut); err == nil {
+		t.Fatal("--sequence-groups -1 accepted")
+	}
+	out.Reset()
+	if err := cassandra.MigrateCommand(ctx, []string{"--hosts", hosts, "--keyspace", ks, "--sequence-groups", "2"}, &out, &errOut); err != nil {
+		t.Fatalf("migrate --sequence-groups 2: %v (%s)", err, errOut.String())
+	}
+	if !strings.Contains(out.String(), "moved from 1 to 2 group(s)") {
+		t.Fatalf("migrate --sequence-groups 2 printed %q", out.String())
+	}
+	s = openOn(t, ks, 2, clk)
+	if g := s.SequenceGroups(); g != 2 {
+		t.Fatalf("after the move: %d sequence groups, want 2", g)
+	}
+	prev := *d.Event
+	clk.Advance(time.Millisecond)
+	d, err = s.Apply(ctx, edgetest.Unlike("item", user, "k2", 1, t0+3))
+	if err != nil || d.Event == nil || d.Event.Pos != prev.Pos+1 {
+		t.Fatalf("write after the move = %+v, %v; want position %d", d, err, prev.Pos+1)
 	}
 }

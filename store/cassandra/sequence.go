@@ -1,6 +1,7 @@
 package cassandra
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -43,6 +44,9 @@ type seqStmts struct {
 	issue    string // SET issued WHERE key IF head = ? AND issued = ?
 	issueNew string // INSERT issued, key… IF NOT EXISTS (head 0)
 	any      string // is there any sequence row (an append ever happened)?
+	put      string // Regroup: INSERT head, last_time, issued, inflight, key… IF NOT EXISTS
+	mark     string // Regroup: SET issued, inflight WHERE key IF head = ? AND issued = ?
+	revive   string // Regroup: SET head, last_time, issued, inflight null WHERE key IF inflight = ?
 }
 
 func newSeqStmts(ks string, grouped bool) seqStmts {
@@ -60,6 +64,9 @@ func newSeqStmts(ks string, grouped bool) seqStmts {
 		issue:    q(`UPDATE KS.T SET issued = ? WHERE WHERE_KEY IF head = ? AND issued = ?`),
 		issueNew: q(`INSERT INTO KS.T (head, last_time, issued, KEY_COLS) VALUES (0, 0, ?, KEY_MARKS) IF NOT EXISTS`),
 		any:      q(`SELECT partition FROM KS.T LIMIT 1`),
+		put:      q(`INSERT INTO KS.T (head, last_time, issued, inflight, KEY_COLS) VALUES (?, ?, ?, ?, KEY_MARKS) IF NOT EXISTS`),
+		mark:     q(`UPDATE KS.T SET issued = ?, inflight = ? WHERE WHERE_KEY IF head = ? AND issued = ?`),
+		revive:   q(`UPDATE KS.T SET head = ?, last_time = ?, issued = ?, inflight = null WHERE WHERE_KEY IF inflight = ?`),
 	}
 	if grouped {
 		st.selGroup = q(`SELECT partition, head, last_time, issued, inflight FROM KS.T WHERE grp = ?`)
@@ -128,6 +135,9 @@ func (s *Store) readSeq(ctx context.Context, part uint32, serial bool) (seqRow, 
 
 func decodeSeq(part uint32, head, lastTime, issued int64, inflight []byte) (seqRow, error) {
 	r := seqRow{exists: true, head: uint64(head), lastTime: lastTime, issued: issued}
+	if bytes.Equal(inflight, movedMarker) {
+		return r, fmt.Errorf("%w (log partition %d)", ErrSequenceMoved, part)
+	}
 	var err error
 	if r.inflight, err = decodeInflight(part, inflight); err != nil {
 		return r, wrapCorrupt(fmt.Sprintf("inflight of log partition %d", part), err)
@@ -176,4 +186,185 @@ func (s *Store) readSeqs(ctx context.Context, parts []uint32) (map[uint32]seqRow
 		return nil, err
 	}
 	return out, nil
+}
+
+// movedMarker is the inflight blob of a sequence row whose partition moved to
+// another layout (Regroup). It is not an inflight encoding (blobV1), so a
+// release that predates Regroup fails to decode it and refuses the row: no
+// process still on the old layout can append or read there.
+var movedMarker = []byte{0xfe, 'm', 'o', 'v', 'e', 'd'}
+
+// ErrSequenceMoved is returned for a log partition whose sequence row was
+// moved to another layout (likectl migrate --sequence-groups) after this
+// store opened: every process of the region must be restarted.
+var ErrSequenceMoved = errors.New("cassandra: the log's sequence rows moved to another layout (likectl migrate --sequence-groups): restart this process")
+
+// Regroup moves keyspace ks's sequence rows to the layout of groups groups
+// (1..partitions; 0 is refused: the per-partition table is only what older
+// keyspaces keep) and records it in meta.seq_groups. Run it with the
+// region's processes stopped: a process still running on the old layout
+// fails closed (ErrSequenceMoved, or a decode error on an older release) on
+// every partition moved, never issuing a position twice. Idempotent and safe
+// to repeat after a failure at any point; progress reports each step.
+func Regroup(ctx context.Context, session *gocql.Session, ks string, groups int, progress func(string)) error {
+	if !ValidKeyspace(ks) {
+		return fmt.Errorf("cassandra: invalid keyspace name %q", ks)
+	}
+	if err := checkSchema(ctx, session, ks); err != nil {
+		return err
+	}
+	var region string
+	var parts, created int64
+	var old *int
+	err := session.Query(fmt.Sprintf(`SELECT region, partitions, created_ms, seq_groups FROM %s.meta WHERE name = 'store'`, ks)).
+		WithContext(ctx).Consistency(gocql.Quorum).Scan(&region, &parts, &created, &old)
+	if errors.Is(err, gocql.ErrNotFound) {
+		return fmt.Errorf("cassandra: keyspace %s has no store row yet: a region creates it on its first start (likesd --cassandra-sequence-groups chooses its layout then)", ks)
+	}
+	if err != nil {
+		return fmt.Errorf("cassandra: read %s.meta: %w", ks, err)
+	}
+	from := 0
+	if old != nil {
+		from = *old
+	}
+	if groups < 1 || groups > int(parts) {
+		return fmt.Errorf("cassandra: sequence groups must be in [1, %d] (the keyspace's partitions), got %d", parts, groups)
+	}
+	if from == groups {
+		progress(fmt.Sprintf("%s: already %d sequence group(s)", ks, groups))
+		return nil
+	}
+	mk := func(g int) (*Store, error) {
+		s := &Store{
+			opts: Options{Session: session, Keyspace: ks, Region: region, Partitions: int(parts), Consistency: gocql.Quorum,
+				Serial: gocql.Serial, MaxAttempts: 64, OnError: func(error) {}},
+			s: session, q: newStmts(ks),
+		}
+		return s, s.useSequence(g)
+	}
+	src, err := mk(from)
+	if err != nil {
+		return err
+	}
+	dst, err := mk(groups)
+	if err != nil {
+		return err
+	}
+	all := make([]uint32, 0, parts+1)
+	for p := range uint32(parts) {
+		all = append(all, p)
+	}
+	all = append(all, feedPart)
+	moved := 0
+	for _, p := range all {
+		if from > 0 && src.seqGroup(p) == dst.seqGroup(p) {
+			continue // the same row in both layouts
+		}
+		if err := regroupPartition(ctx, src, dst, p); err != nil {
+			return fmt.Errorf("cassandra: regroup log partition %d: %w", p, err)
+		}
+		moved++
+	}
+	var applied bool
+	if old == nil {
+		applied, err = session.Query(fmt.Sprintf(`UPDATE %s.meta SET seq_groups = ? WHERE name = 'store' IF seq_groups = null`, ks), groups).
+			WithContext(ctx).SerialConsistency(gocql.Serial).MapScanCAS(map[string]any{})
+	} else {
+		applied, err = session.Query(fmt.Sprintf(`UPDATE %s.meta SET seq_groups = ? WHERE name = 'store' IF seq_groups = ?`, ks), groups, from).
+			WithContext(ctx).SerialConsistency(gocql.Serial).MapScanCAS(map[string]any{})
+	}
+	if err != nil {
+		return fmt.Errorf("cassandra: record %s.meta.seq_groups: %w", ks, err)
+	}
+	if !applied {
+		return fmt.Errorf("cassandra: %s.meta.seq_groups changed while the rows moved (another likectl migrate --sequence-groups?): run it again", ks)
+	}
+	progress(fmt.Sprintf("%s: %d sequence row(s) moved from %d to %d group(s)", ks, moved, from, groups))
+	return nil
+}
+
+// markIssued is the issued time a moved row keeps: -issued-1, never a time
+// a live row holds, and its own inverse.
+func markIssued(issued int64) int64 { return -issued - 1 }
+
+// regroupPartition moves one partition's sequence row from src's layout to
+// dst's: the old row's last slots are written out, then the row is marked
+// moved by a transaction conditioned on its head (an append that got there
+// first makes it retry), then the new row takes its head, last time and
+// issued time.
+func regroupPartition(ctx context.Context, src, dst *Store, p uint32) error {
+	var head, lastTime, issued int64
+	for attempt := 0; ; attempt++ {
+		if attempt >= src.opts.MaxAttempts {
+			return fmt.Errorf("%w: its old row kept changing", ErrContention)
+		}
+		if attempt > 0 {
+			if err := backoff(ctx, attempt); err != nil {
+				return err
+			}
+		}
+		var ok bool
+		var inflight []byte
+		err := src.serial(ctx, src.sq.sel, src.seqArgs(p, nil)...).Scan(&head, &lastTime, &issued, &inflight)
+		switch {
+		case errors.Is(err, gocql.ErrNotFound):
+			head, lastTime, issued = 0, 0, 0
+			ok, err = src.cas(ctx, src.sq.put, src.seqArgs(p, []any{int64(0), int64(0), markIssued(0), movedMarker})...).MapScanCAS(map[string]any{})
+		case err != nil:
+		case bytes.Equal(inflight, movedMarker):
+			ok, issued = true, markIssued(issued) // an earlier run marked it
+		default:
+			var seq seqRow
+			if seq, err = decodeSeq(p, head, lastTime, issued, inflight); err != nil {
+				return err
+			}
+			if err = src.finishSlots(ctx, p, seq.inflight); err != nil {
+				break
+			}
+			// issued changes too, so that an append conditioned on the row
+			// as a process remembers it (head and issued) fails and reads
+			// the marker.
+			ok, err = src.cas(ctx, src.sq.mark, src.seqArgs(p, []any{markIssued(issued), movedMarker}, head, issued)...).MapScanCAS(map[string]any{})
+		}
+		if err != nil && !retryable(err) {
+			return err
+		}
+		if err == nil && ok {
+			break
+		}
+	}
+	// The new row: created, or a marker a layout before that one left,
+	// replaced; a row already holding this head is an earlier run's.
+	for attempt := 0; ; attempt++ {
+		if attempt >= dst.opts.MaxAttempts {
+			return fmt.Errorf("%w: its new row kept changing", ErrContention)
+		}
+		if attempt > 0 {
+			if err := backoff(ctx, attempt); err != nil {
+				return err
+			}
+		}
+		var h, lt, is int64
+		var inflight []byte
+		err := dst.serial(ctx, dst.sq.sel, dst.seqArgs(p, nil)...).Scan(&h, &lt, &is, &inflight)
+		var ok bool
+		switch {
+		case errors.Is(err, gocql.ErrNotFound):
+			ok, err = dst.cas(ctx, dst.sq.put, dst.seqArgs(p, []any{head, lastTime, issued, []byte(nil)})...).MapScanCAS(map[string]any{})
+		case err != nil:
+		case bytes.Equal(inflight, movedMarker):
+			ok, err = dst.cas(ctx, dst.sq.revive, dst.seqArgs(p, []any{head, lastTime, issued}, movedMarker)...).MapScanCAS(map[string]any{})
+		case h == head && is >= issued:
+			return nil
+		default:
+			return fmt.Errorf("its new row already holds head %d, not %d: it was written by a process on the new layout before the move finished", h, head)
+		}
+		if err != nil && !retryable(err) {
+			return err
+		}
+		if err == nil && ok {
+			return nil
+		}
+	}
 }

@@ -160,7 +160,7 @@ func TestSequenceLayouts(t *testing.T) {
 	ctx := context.Background()
 	t.Run("per-partition rows", func(t *testing.T) {
 		ks := FreshKeyspace(t)
-		MakeLegacySequence(t, ks, "r1", 4)
+		MakeLegacySequence(t, ks, "r1", 4, t0)
 		s := openTest(t, ks, 4, clock.NewFake(time.UnixMilli(t0)))
 		if g := s.SequenceGroups(); g != 0 {
 			t.Fatalf("an older keyspace got %d sequence groups, want 0", g)
@@ -201,4 +201,84 @@ func TestSequenceLayouts(t *testing.T) {
 			t.Fatalf("meta.seq_groups 99: %v, want refused", err)
 		}
 	})
+}
+
+// TestRegroup: likectl migrate --sequence-groups moves an older keyspace's
+// per-partition rows to one group, and back to three: positions continue
+// gapless, a process still on the old layout fails closed (no position
+// issued twice), repeating a move changes nothing, and bad counts are refused.
+func TestRegroup(t *testing.T) {
+	ctx := context.Background()
+	ks := FreshKeyspace(t)
+	MakeLegacySequence(t, ks, "r1", 4, t0)
+	clk := clock.NewFake(time.UnixMilli(t0))
+	old := openTest(t, ks, 4, clk)
+	likes := 0
+	like := func(s *Store) error {
+		likes++
+		_, err := s.Apply(ctx, edgetest.Like(fmt.Sprintf("i%d", likes), fmt.Sprintf("u%d", likes%3), "", 1, t0))
+		return err
+	}
+	for range 8 {
+		if err := like(old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var lines []string
+	logf := func(l string) { lines = append(lines, l) }
+	if err := Regroup(ctx, SharedSession(t), ks, 1, logf); err != nil {
+		t.Fatal(err)
+	}
+	t.Log(lines)
+	// The old process remembers its rows; its next append must not succeed.
+	if err := like(old); err == nil {
+		t.Fatal("a process on the moved layout appended")
+	}
+	s1 := openTest(t, ks, 4, clk)
+	if g := s1.SequenceGroups(); g != 1 {
+		t.Fatalf("after the move: %d groups, want 1", g)
+	}
+	if err := s1.FinishPending(ctx); err != nil { // the old process's like, pending
+		t.Fatal(err)
+	}
+	for range 8 {
+		if err := like(s1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkGapless(t, s1, likes)
+	if err := Regroup(ctx, SharedSession(t), ks, 1, logf); err != nil || !strings.Contains(lines[len(lines)-1], "already") {
+		t.Fatalf("repeated move: %v %q", err, lines[len(lines)-1])
+	}
+	for _, g := range []int{0, 5} {
+		if err := Regroup(ctx, SharedSession(t), ks, g, logf); err == nil {
+			t.Fatalf("Regroup to %d groups: no error", g)
+		}
+	}
+	if err := Regroup(ctx, SharedSession(t), ks, 3, logf); err != nil {
+		t.Fatal(err)
+	}
+	if err := like(s1); err == nil {
+		t.Fatal("a process on the one-group layout appended after the move to three")
+	}
+	s3 := openTest(t, ks, 4, clk)
+	if err := s3.FinishPending(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 8 {
+		if err := like(s3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkGapless(t, s3, likes)
+	if err := Regroup(ctx, SharedSession(t), ks, 1, logf); err != nil { // back: over the rows the first move left
+		t.Fatal(err)
+	}
+	s4 := openTest(t, ks, 4, clk)
+	for range 4 {
+		if err := like(s4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkGapless(t, s4, likes)
 }

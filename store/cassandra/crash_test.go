@@ -225,13 +225,7 @@ func TestTwoProcessesRelayOnce(t *testing.T) {
 				errs <- err
 			}()
 		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
+		waitAll(t, &wg, errs)
 		evs := eventsOf(logOf(t, b), item, "u")
 		writes := 0
 		for _, ev := range evs {

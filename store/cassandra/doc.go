@@ -594,7 +594,7 @@
 //     its group's partition. One group (the default) makes the sequence's
 //     share of Paxos per like one over the batch size whatever Partitions
 //     is, for a region that is one process; nodes sharing a group contend
-//     on it (two nodes on one group wrote about half as fast as on one group
+//     on it (two nodes on one group wrote 0.45–0.7 times as fast as on one group
 //     per partition, BENCHMARKS.md), so a region that may run on several
 //     nodes gets one group per partition (region's default with --node;
 //     --cassandra-sequence-groups overrides; fixed when the keyspace's store

@@ -41,6 +41,18 @@ func checkGapless(t *testing.T, s *Store, want int) {
 	}
 }
 
+// waitAll waits for wg, then fails on the first error its goroutines sent.
+func waitAll(t *testing.T, wg *sync.WaitGroup, errs chan error) {
+	t.Helper()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestGroupedSequenceOneTransaction: with one sequence group, the events
 // waiting for the appender, whatever their log partitions, get their
 // positions from one conditional batch (one Paxos round).
@@ -101,13 +113,7 @@ func TestGroupedSequenceOneTransaction(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	release.Do(func() { close(hold) })
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	waitAll(t, &wg, errs)
 	after := s.OpsByStatement()
 	seqTx := 0
 	for k, v := range after {
@@ -143,13 +149,7 @@ func TestTwoProcessesOneGroup(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	waitAll(t, &wg, errs)
 	checkGapless(t, a, perWorker*workers)
 }
 

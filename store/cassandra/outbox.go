@@ -463,6 +463,11 @@ func (a *appender) tryAppend(ctx context.Context, open []*appendReq, settle func
 		done[i] = true
 		return nil
 	})
+	for _, p := range parts {
+		if seq := seqs[p]; len(byPart[p]) == 0 && a.part(p).completed == seq.head && seq.exists {
+			a.part(p).known = &seq // not transacted on here: as read
+		}
+	}
 	for i, ap := range apps {
 		if done[i] {
 			ps := a.part(ap.part)

@@ -612,7 +612,7 @@
 // Per Apply without contention: one LWT on the edge row and one share of a
 // sequence LWT (group commit over the group's partitions), no SERIAL read; plain reads and writes: the
 // edge, its relay record, the idempotency record and the erasure marker, the
-// relay intent (written, deleted), the idempotency record and user index
+// relay intent (written, deleted), the idempotency record and user index (one batch)
 // written, the relay record read and written by the append, the outbox row
 // (one batch per append), and the erasure re-check. Schema 3 and earlier
 // releases: two SERIAL reads and two LWTs on the edge row, one SERIAL read and

@@ -379,20 +379,22 @@ func (a *appender) tryAppend(ctx context.Context, open []*appendReq, settle func
 				r.slot.Event.Item, r.slot.Event.User, row.eseq, r.slot.ESeq)})
 		}
 	}
-	if len(todo) == 0 {
-		for _, p := range parts {
-			if seq := seqs[p]; a.part(p).completed == seq.head && seq.exists {
-				a.part(p).known = &seq // nothing changed it here
-			}
-		}
-		return nil, nil
-	}
-	// 3. The last append's slots must be written and recorded before they are
-	// replaced (unless this appender did so itself).
 	byPart := map[uint32][]*appendReq{}
 	for _, r := range todo {
 		byPart[r.part] = append(byPart[r.part], r)
 	}
+	// The rows this attempt does not transact on stay as read (or as known),
+	// for the next append's condition, if their slots are written.
+	for _, p := range parts {
+		if seq := seqs[p]; len(byPart[p]) == 0 && a.part(p).completed == seq.head && seq.exists {
+			a.part(p).known = &seq
+		}
+	}
+	if len(todo) == 0 {
+		return nil, nil
+	}
+	// 3. The last append's slots must be written and recorded before they are
+	// replaced (unless this appender did so itself).
 	for _, p := range parts {
 		if len(byPart[p]) > 0 {
 			if err := flush(p); err != nil {
@@ -463,24 +465,14 @@ func (a *appender) tryAppend(ctx context.Context, open []*appendReq, settle func
 		done[i] = true
 		return nil
 	})
-	for _, p := range parts {
-		if seq := seqs[p]; len(byPart[p]) == 0 && a.part(p).completed == seq.head && seq.exists {
-			a.part(p).known = &seq // not transacted on here: as read
-		}
-	}
 	for i, ap := range apps {
 		if done[i] {
 			ps := a.part(ap.part)
 			ps.completed = ap.head
 			ps.known = &seqRow{exists: true, head: ap.head, lastTime: ap.t, issued: ap.seq.issued, inflight: ap.slots}
 		}
-		for _, sl := range ap.slots {
-			for _, r := range byPart[ap.part] {
-				if r.slot.Nonce == sl.Nonce && r.slot.ESeq == sl.ESeq && r.slot.Event.Item == sl.Event.Item && r.slot.Event.User == sl.Event.User {
-					settle(r, appendRes{res: relayed{pos: sl.Pos, time: sl.Event.EventTime}})
-					break
-				}
-			}
+		for j, r := range byPart[ap.part] { // slot j was made from request j
+			settle(r, appendRes{res: relayed{pos: ap.slots[j].Pos, time: ap.slots[j].Event.EventTime}})
 		}
 	}
 	return later, nil

@@ -214,10 +214,10 @@ func Regroup(ctx context.Context, session *gocql.Session, ks string, groups int,
 		return err
 	}
 	var region string
-	var parts, created int64
+	var parts int64
 	var old *int
-	err := session.Query(fmt.Sprintf(`SELECT region, partitions, created_ms, seq_groups FROM %s.meta WHERE name = 'store'`, ks)).
-		WithContext(ctx).Consistency(gocql.Quorum).Scan(&region, &parts, &created, &old)
+	err := session.Query(fmt.Sprintf(`SELECT region, partitions, seq_groups FROM %s.meta WHERE name = 'store'`, ks)).
+		WithContext(ctx).Consistency(gocql.Quorum).Scan(&region, &parts, &old)
 	if errors.Is(err, gocql.ErrNotFound) {
 		return fmt.Errorf("cassandra: keyspace %s has no store row yet: a region creates it on its first start (likesd --cassandra-sequence-groups chooses its layout then)", ks)
 	}
@@ -266,14 +266,12 @@ func Regroup(ctx context.Context, session *gocql.Session, ks string, groups int,
 		}
 		moved++
 	}
-	var applied bool
-	if old == nil {
-		applied, err = session.Query(fmt.Sprintf(`UPDATE %s.meta SET seq_groups = ? WHERE name = 'store' IF seq_groups = null`, ks), groups).
-			WithContext(ctx).SerialConsistency(gocql.Serial).MapScanCAS(map[string]any{})
-	} else {
-		applied, err = session.Query(fmt.Sprintf(`UPDATE %s.meta SET seq_groups = ? WHERE name = 'store' IF seq_groups = ?`, ks), groups, from).
-			WithContext(ctx).SerialConsistency(gocql.Serial).MapScanCAS(map[string]any{})
+	cond, args := "null", []any{groups}
+	if old != nil {
+		cond, args = "?", append(args, from)
 	}
+	applied, err := session.Query(fmt.Sprintf(`UPDATE %s.meta SET seq_groups = ? WHERE name = 'store' IF seq_groups = %s`, ks, cond), args...).
+		WithContext(ctx).SerialConsistency(gocql.Serial).MapScanCAS(map[string]any{})
 	if err != nil {
 		return fmt.Errorf("cassandra: record %s.meta.seq_groups: %w", ks, err)
 	}
@@ -288,6 +286,26 @@ func Regroup(ctx context.Context, session *gocql.Session, ks string, groups int,
 // a live row holds, and its own inverse.
 func markIssued(issued int64) int64 { return -issued - 1 }
 
+// retryLWT runs step until it reports done, backing off between attempts,
+// at most attempts times; a step's retryable error is one more attempt.
+func retryLWT(ctx context.Context, attempts int, what string, step func() (bool, error)) error {
+	for attempt := 0; attempt < attempts; attempt++ {
+		if attempt > 0 {
+			if err := backoff(ctx, attempt); err != nil {
+				return err
+			}
+		}
+		done, err := step()
+		if err != nil && !retryable(err) {
+			return err
+		}
+		if err == nil && done {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s", ErrContention, what)
+}
+
 // regroupPartition moves one partition's sequence row from src's layout to
 // dst's: the old row's last slots are written out, then the row is marked
 // moved by a transaction conditioned on its head (an append that got there
@@ -295,76 +313,50 @@ func markIssued(issued int64) int64 { return -issued - 1 }
 // issued time.
 func regroupPartition(ctx context.Context, src, dst *Store, p uint32) error {
 	var head, lastTime, issued int64
-	for attempt := 0; ; attempt++ {
-		if attempt >= src.opts.MaxAttempts {
-			return fmt.Errorf("%w: its old row kept changing", ErrContention)
-		}
-		if attempt > 0 {
-			if err := backoff(ctx, attempt); err != nil {
-				return err
-			}
-		}
-		var ok bool
+	err := retryLWT(ctx, src.opts.MaxAttempts, "its old row kept changing", func() (bool, error) {
 		var inflight []byte
 		err := src.serial(ctx, src.sq.sel, src.seqArgs(p, nil)...).Scan(&head, &lastTime, &issued, &inflight)
 		switch {
 		case errors.Is(err, gocql.ErrNotFound):
 			head, lastTime, issued = 0, 0, 0
-			ok, err = src.cas(ctx, src.sq.put, src.seqArgs(p, []any{int64(0), int64(0), markIssued(0), movedMarker})...).MapScanCAS(map[string]any{})
+			return src.cas(ctx, src.sq.put, src.seqArgs(p, []any{int64(0), int64(0), markIssued(0), movedMarker})...).MapScanCAS(map[string]any{})
 		case err != nil:
+			return false, err
 		case bytes.Equal(inflight, movedMarker):
-			ok, issued = true, markIssued(issued) // an earlier run marked it
-		default:
-			var seq seqRow
-			if seq, err = decodeSeq(p, head, lastTime, issued, inflight); err != nil {
-				return err
-			}
-			if err = src.finishSlots(ctx, p, seq.inflight); err != nil {
-				break
-			}
-			// issued changes too, so that an append conditioned on the row
-			// as a process remembers it (head and issued) fails and reads
-			// the marker.
-			ok, err = src.cas(ctx, src.sq.mark, src.seqArgs(p, []any{markIssued(issued), movedMarker}, head, issued)...).MapScanCAS(map[string]any{})
+			issued = markIssued(issued) // an earlier run marked it
+			return true, nil
 		}
-		if err != nil && !retryable(err) {
-			return err
+		seq, err := decodeSeq(p, head, lastTime, issued, inflight)
+		if err != nil {
+			return false, err
 		}
-		if err == nil && ok {
-			break
+		if err := src.finishSlots(ctx, p, seq.inflight); err != nil {
+			return false, err
 		}
+		// issued changes too, so that an append conditioned on the row as a
+		// process remembers it (head and issued) fails and reads the marker.
+		return src.cas(ctx, src.sq.mark, src.seqArgs(p, []any{markIssued(issued), movedMarker}, head, issued)...).MapScanCAS(map[string]any{})
+	})
+	if err != nil {
+		return err
 	}
 	// The new row: created, or a marker a layout before that one left,
 	// replaced; a row already holding this head is an earlier run's.
-	for attempt := 0; ; attempt++ {
-		if attempt >= dst.opts.MaxAttempts {
-			return fmt.Errorf("%w: its new row kept changing", ErrContention)
-		}
-		if attempt > 0 {
-			if err := backoff(ctx, attempt); err != nil {
-				return err
-			}
-		}
+	return retryLWT(ctx, dst.opts.MaxAttempts, "its new row kept changing", func() (bool, error) {
 		var h, lt, is int64
 		var inflight []byte
 		err := dst.serial(ctx, dst.sq.sel, dst.seqArgs(p, nil)...).Scan(&h, &lt, &is, &inflight)
-		var ok bool
 		switch {
 		case errors.Is(err, gocql.ErrNotFound):
-			ok, err = dst.cas(ctx, dst.sq.put, dst.seqArgs(p, []any{head, lastTime, issued, []byte(nil)})...).MapScanCAS(map[string]any{})
+			return dst.cas(ctx, dst.sq.put, dst.seqArgs(p, []any{head, lastTime, issued, []byte(nil)})...).MapScanCAS(map[string]any{})
 		case err != nil:
+			return false, err
 		case bytes.Equal(inflight, movedMarker):
-			ok, err = dst.cas(ctx, dst.sq.revive, dst.seqArgs(p, []any{head, lastTime, issued}, movedMarker)...).MapScanCAS(map[string]any{})
+			return dst.cas(ctx, dst.sq.revive, dst.seqArgs(p, []any{head, lastTime, issued}, movedMarker)...).MapScanCAS(map[string]any{})
 		case h == head && is >= issued:
-			return nil
+			return true, nil
 		default:
-			return fmt.Errorf("its new row already holds head %d, not %d: it was written by a process on the new layout before the move finished", h, head)
+			return false, fmt.Errorf("its new row already holds head %d, not %d: it was written by a process on the new layout before the move finished", h, head)
 		}
-		if err != nil && !retryable(err) {
-			return err
-		}
-		if err == nil && ok {
-			return nil
-		}
-	}
+	})
 }

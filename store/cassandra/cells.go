@@ -133,72 +133,85 @@ func (s *Store) Base(ctx context.Context, part uint32, keys []crdt.CellKey, edge
 	for _, e := range edges {
 		get(e.Item).users = append(get(e.Item).users, e.User)
 	}
-	type read struct {
-		item  string
-		cell  bool
-		users []string
+	items := make([]string, 0, len(byItem))
+	for item := range byItem {
+		items = append(items, item)
 	}
-	var reads []read
-	for item, w := range byItem {
-		users := w.users
-		for first := true; first || len(users) > 0; first = false {
-			n := min(len(users), 100)
-			reads = append(reads, read{item, w.cell, users[:n]})
-			users = users[n:]
-		}
-	}
-	cells := make([]map[crdt.CellKey]crdt.Cell, len(reads))
-	applied := make([]map[pipeline.EdgeKey]pipeline.Applied, len(reads))
-	if err := parallel(len(reads), func(i int) error {
-		r := reads[i]
-		var tuples []string
-		var args []any
-		args = append(args, r.item)
-		if r.cell {
-			tuples = append(tuples, "(0, ?, ?, '')")
-			args = append(args, s.opts.Region, int(part))
-		}
-		for _, u := range r.users {
-			tuples = append(tuples, "(1, ?, ?, ?)")
-			args = append(args, s.opts.Region, int(part), u)
-		}
-		stmt := s.q.baseSelect + "(" + strings.Join(tuples, ", ") + ")"
-		it := s.read(ctx, stmt, args...).PageSize(1000).Iter()
+	cells := make([]map[crdt.CellKey]crdt.Cell, len(items))
+	applied := make([]map[pipeline.EdgeKey]pipeline.Applied, len(items))
+	// Items in parallel; a viral item's parts of 100 edges one after the
+	// other, each with the cell, which must not change between them.
+	if err := parallel(len(items), func(i int) error {
+		item, w := items[i], byItem[items[i]]
 		cells[i], applied[i] = map[crdt.CellKey]crdt.Cell{}, map[pipeline.EdgeKey]pipeline.Applied{}
-		var kind int
-		var u string
-		var p, n, hwm, wm, we, wo, ce, co, at *int64
-		for it.Scan(&kind, &u, &p, &n, &hwm, &wm, &we, &wo, &ce, &co, &at) {
-			switch kind {
-			case 0:
-				cells[i][crdt.CellKey{Item: r.item, Region: s.opts.Region, Shard: part}] = crdt.Cell{
-					P: uint64(deref(p)), N: uint64(deref(n)), HWM: uint64(deref(hwm)), Watermark: deref(wm)}
-			case 1:
-				applied[i][pipeline.EdgeKey{Item: r.item, User: u}] = pipeline.Applied{
-					Write:      crdt.Version{Epoch: uint64(deref(we)), Op: uint64(deref(wo))},
-					Correction: crdt.Version{Epoch: uint64(deref(ce)), Op: uint64(deref(co))},
-					At:         deref(at),
+		users := w.users
+		var first map[crdt.CellKey]crdt.Cell
+		for part0 := true; part0 || len(users) > 0; part0 = false {
+			n := min(len(users), 100)
+			got, err := s.readBase(ctx, part, item, w.cell, users[:n], applied[i])
+			if err != nil {
+				return err
+			}
+			users = users[n:]
+			if part0 {
+				first = got
+			} else if !maps.Equal(got, first) {
+				// Another writer's batch changed the cell between two parts:
+				// no consistent base.
+				return fmt.Errorf("%w: the cell of %q changed while its %d dedupe rows were read", pipeline.ErrFenced, item, len(w.users))
+			}
+			if len(users) > 0 {
+				if err := s.crashPoint("base-part-read"); err != nil {
+					return err
 				}
 			}
 		}
-		return it.Close()
+		cells[i] = first
+		return nil
 	}); err != nil {
 		return nil, nil, err
 	}
 	outC := map[crdt.CellKey]crdt.Cell{}
 	outA := map[pipeline.EdgeKey]pipeline.Applied{}
-	seen := map[string]int{} // item → its first read
-	for i, r := range reads {
-		if j, ok := seen[r.item]; ok && r.cell && !maps.Equal(cells[i], cells[j]) {
-			// A viral item read in several parts, and another writer's
-			// batch changed its cell in between: no consistent base.
-			return nil, nil, fmt.Errorf("%w: the cell of %q changed while its %d dedupe rows were read", pipeline.ErrFenced, r.item, len(byItem[r.item].users))
-		}
-		seen[r.item] = i
+	for i := range items {
 		maps.Copy(outC, cells[i])
 		maps.Copy(outA, applied[i])
 	}
 	return outC, outA, nil
+}
+
+// readBase is one of Base's reads: item's cell of partition part (when
+// cell) and the dedupe rows of users, which it adds to applied.
+func (s *Store) readBase(ctx context.Context, part uint32, item string, cell bool, users []string, applied map[pipeline.EdgeKey]pipeline.Applied) (map[crdt.CellKey]crdt.Cell, error) {
+	var tuples []string
+	args := []any{item}
+	if cell {
+		tuples = append(tuples, "(0, ?, ?, '')")
+		args = append(args, s.opts.Region, int(part))
+	}
+	for _, u := range users {
+		tuples = append(tuples, "(1, ?, ?, ?)")
+		args = append(args, s.opts.Region, int(part), u)
+	}
+	it := s.read(ctx, s.q.baseSelect+"("+strings.Join(tuples, ", ")+")", args...).PageSize(1000).Iter()
+	cells := map[crdt.CellKey]crdt.Cell{}
+	var kind int
+	var u string
+	var p, n, hwm, wm, we, wo, ce, co, at *int64
+	for it.Scan(&kind, &u, &p, &n, &hwm, &wm, &we, &wo, &ce, &co, &at) {
+		switch kind {
+		case 0:
+			cells[crdt.CellKey{Item: item, Region: s.opts.Region, Shard: part}] = crdt.Cell{
+				P: uint64(deref(p)), N: uint64(deref(n)), HWM: uint64(deref(hwm)), Watermark: deref(wm)}
+		case 1:
+			applied[pipeline.EdgeKey{Item: item, User: u}] = pipeline.Applied{
+				Write:      crdt.Version{Epoch: uint64(deref(we)), Op: uint64(deref(wo))},
+				Correction: crdt.Version{Epoch: uint64(deref(ce)), Op: uint64(deref(co))},
+				At:         deref(at),
+			}
+		}
+	}
+	return cells, it.Close()
 }
 
 func deref(v *int64) int64 {

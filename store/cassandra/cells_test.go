@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -244,5 +245,26 @@ func TestBaseReadsAnItemOnce(t *testing.T) {
 	}
 	if _, _, err := s.Base(ctx, 0, keys, nil); err == nil {
 		t.Fatal("Base of another partition's cells: no error")
+	}
+	// Another writer's window lands between the viral item's two parts:
+	// their cells disagree, and the base is refused rather than mixed.
+	var once sync.Once
+	s.SetTestHook(func(stage string) error {
+		if stage != "base-part-read" {
+			return nil
+		}
+		var err error
+		once.Do(func() {
+			err = s.Commit(ctx, pipeline.Window{Partition: 1, Through: 250, Watermark: 6,
+				Cells: []pipeline.CellUpdate{{Key: viral, Expect: 190, Cell: crdt.Cell{P: 151, HWM: 250, Watermark: 6}}}})
+		})
+		return err
+	})
+	if _, _, err := s.Base(ctx, 1, keys, edges); !errors.Is(err, pipeline.ErrFenced) {
+		t.Fatalf("Base across another writer's window: %v, want ErrFenced", err)
+	}
+	s.SetTestHook(nil)
+	if _, _, err := s.Base(ctx, 1, keys, edges); err != nil {
+		t.Fatalf("Base after it: %v", err)
 	}
 }

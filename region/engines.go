@@ -133,6 +133,12 @@ type KafkaEngine struct {
 	// events of other processes); HeartbeatInterval bounds how often an idle
 	// partition's watermark is published (default 250ms).
 	PollInterval, HeartbeatInterval time.Duration
+	// Linger is the least time between two looks at one partition when
+	// writes wake its relay (default 50ms; negative: none), so that a busy
+	// partition's events go to Kafka in one store read and one produce per
+	// linger rather than one per write (kafkalog.Config.Linger). It adds at
+	// most that much to staleness.
+	Linger time.Duration
 }
 
 // normalize fills the defaults in and checks the combination.
@@ -200,6 +206,14 @@ func (e *Engines) normalize(region string, cluster bool) error {
 		}
 		if k.PollInterval == 0 {
 			k.PollInterval = 100 * time.Millisecond
+		}
+		switch {
+		case k.Linger == 0:
+			k.Linger = 50 * time.Millisecond
+		case k.Linger < 0:
+			k.Linger = 0
+		case k.Linger > time.Second:
+			bad("Kafka linger must be at most 1s, got %v", k.Linger)
 		}
 	default:
 		bad("unknown Log %q (want %q or %q)", e.Log, LogStore, LogKafka)
@@ -423,7 +437,7 @@ func (r *Region) kafkaConfig() kafkalog.Config {
 		RelayPartitions: r.ownedParts(),
 		PositionBase:    r.identity.Identity.PositionBase,
 		ClientID:        "likes-" + r.cfg.Name,
-		PollInterval:    k.PollInterval, HeartbeatInterval: k.HeartbeatInterval,
+		PollInterval:    k.PollInterval, HeartbeatInterval: k.HeartbeatInterval, Linger: k.Linger,
 		Opts:    append(kafkaTLS(k.TLS), r.kafkaM.Opt()),
 		OnError: func(p uint32, err error) { r.log.Warn("kafka relay failed; retrying", "partition", p, "err", err) },
 		OnPoison: func(p uint32, off int64, err error) {

@@ -20,6 +20,10 @@ package region
 //     same duration, wait for no lag again, and divide the cell writes the
 //     aggregators committed meanwhile by the viral item's changed likes.
 //
+// LIKES_MEASURE_LINGER sets the Kafka relay's linger (default: the region's;
+// 0: none) and LIKES_MEASURE_SEQUENCE_GROUPS the store's sequence groups, to
+// compare them.
+//
 // CPU: the process CPU per write covers the region and the load generator (one
 // process); with the engines, the CPU of the Cassandra, Kafka and Redis
 // processes (their pid files from scripts/servers.sh) is reported apart.
@@ -95,6 +99,16 @@ func TestMeasureEngines(t *testing.T) {
 		if name == "engines" {
 			cfg.Engines = engineConfig(t, env, "meas")
 			cfg.Engines.Kafka.PollInterval, cfg.Engines.Kafka.HeartbeatInterval = 0, 0 // the defaults
+			if v := os.Getenv("LIKES_MEASURE_LINGER"); v != "" {
+				d, err := time.ParseDuration(v)
+				if err != nil || d < 0 || d > time.Second {
+					t.Fatalf("LIKES_MEASURE_LINGER=%q: want a duration in [0, 1s]", v)
+				}
+				cfg.Engines.Kafka.Linger = -1 // 0: none
+				if d > 0 {
+					cfg.Engines.Kafka.Linger = d
+				}
+			}
 		} else {
 			cfg.DataDir = t.TempDir()
 		}

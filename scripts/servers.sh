@@ -34,6 +34,8 @@
 #   LIKES_CASSANDRA_PORT=29042 LIKES_CASSANDRA_STORAGE_PORT=27000
 #   LIKES_CASSANDRA_JMX_PORT=27199
 # Cassandra's Paxos variant: LIKES_CASSANDRA_PAXOS=v1 (or v2)
+# Cassandra's sizing: LIKES_CASSANDRA_SIZING=stock (the stock thread pools and
+# skip-list memtables) or small (pools sized for 2 cores, trie memtables)
 # Versions: LIKES_KAFKA_VERSION=4.4.0 LIKES_CASSANDRA_VERSION=5.0.9
 # Readiness timeouts in seconds: LIKES_SERVERS_TIMEOUT_{ETCD,REDIS,KAFKA,CASSANDRA}
 # Extra mvn arguments (e.g. -Dmaven.repo.local=DIR): LIKES_SERVERS_MVN_ARGS
@@ -54,6 +56,13 @@ CASSANDRA_JMX_PORT=${LIKES_CASSANDRA_JMX_PORT:-27199}
 CASSANDRA_PAXOS=${LIKES_CASSANDRA_PAXOS:-v1}
 case $CASSANDRA_PAXOS in v1 | v2) ;; *)
 	echo "servers.sh: LIKES_CASSANDRA_PAXOS must be v1 or v2, not $CASSANDRA_PAXOS" >&2
+	exit 1
+	;;
+esac
+
+CASSANDRA_SIZING=${LIKES_CASSANDRA_SIZING:-stock}
+case $CASSANDRA_SIZING in stock | small) ;; *)
+	echo "servers.sh: LIKES_CASSANDRA_SIZING must be stock or small, not $CASSANDRA_SIZING" >&2
 	exit 1
 	;;
 esac
@@ -464,6 +473,23 @@ seed_provider:
     parameters:
       - seeds: "127.0.0.1:$CASSANDRA_STORAGE_PORT"
 EOF
+	if [[ $CASSANDRA_SIZING == small ]]; then
+		cat >>"$dir/cassandra.yaml" <<'EOF'
+# LIKES_CASSANDRA_SIZING=small: thread pools for 2 cores, trie memtables.
+concurrent_reads: 8
+concurrent_writes: 8
+concurrent_counter_writes: 8
+native_transport_max_threads: 16
+memtable:
+  configurations:
+    skiplist:
+      class_name: SkipListMemtable
+    trie:
+      class_name: TrieMemtable
+    default:
+      inherits: trie
+EOF
+	fi
 	cat >"$dir/logback.xml" <<'EOF'
 <configuration>
   <appender name="STDOUT" class="ch.qos.logback.core.ConsoleAppender">

@@ -265,7 +265,8 @@ type relayed struct {
 // relay moves an edge's pending event (event number eseq of the edge) to the
 // outbox: first its effects outside the edge row (the idempotency record and
 // the user index, both idempotent), then the append (which dedupes, assigns
-// the position and clears the pending column), then the erasure re-check.
+// the position and clears the pending column), then the erasure re-check;
+// the relay intent is deleted in the background (intents.go).
 // Any number of relays of one pending event may run at once, in any
 // processes; the event reaches the outbox exactly once.
 func (s *Store) relay(ctx context.Context, item, user string, eseq uint64, p pending) (relayed, []compensation, error) {
@@ -277,7 +278,7 @@ func (s *Store) relay(ctx context.Context, item, user string, eseq uint64, p pen
 		return relayed{}, nil, err
 	}
 	part := edge.PartitionOf(item, edge.BucketOf(user), s.opts.Partitions)
-	_ = s.write(ctx, s.q.intentDelete, int(part), p.Minute, item, user, int64(eseq), int64(p.Nonce)).Exec()
+	s.reap.forget(ctx, intentKey{int(part), p.Minute, item, user, int64(eseq), int64(p.Nonce)})
 	var comps []compensation
 	if k := p.Event.Kind; (k == edge.KindFlip || k == edge.KindRetraction) && p.Event.State != crdt.Erased {
 		erased, err := s.erased(ctx, user)
@@ -311,7 +312,7 @@ func (s *Store) effects(ctx context.Context, item, user string, p pending) error
 	switch {
 	case record && index:
 		err := s.execIdempotent(ctx, func() *gocql.Batch {
-			b := s.newBatch(ctx, gocql.UnloggedBatch, false)
+			b := s.newBatch(ctx, gocql.UnloggedBatch, false, "idem+user_items")
 			b.Query(s.q.idemInsert, recordArgs()...)
 			b.Query(s.q.userItemsAdd, user, item)
 			return b

@@ -107,7 +107,8 @@
 //  3. The relay: the event's effects outside the row, both idempotent (the
 //     idempotency record it carries, USING TTL; the user index row), then the
 //     append to the outbox, which assigns the position, then the relay record
-//     (edge_relays) is written and the intent deleted. The pending column is
+//     (edge_relays) is written and the intent deleted (in the background, a
+//     share of a batch per intent bucket: intents.go). The pending column is
 //     never cleared: a pending event is relayed when the edge's relay record
 //     has its eseq (or a later one), so clearing it needs no LWT. The record
 //     is a plain write USING TIMESTAMP eseq: the record of a later event
@@ -612,7 +613,8 @@
 // Per Apply without contention: one LWT on the edge row and one share of a
 // sequence LWT (group commit over the group's partitions), no SERIAL read; plain reads and writes: the
 // edge, its relay record, the idempotency record and the erasure marker, the
-// relay intent (written, deleted), the idempotency record and user index (one batch)
+// relay intent (written; deleted in a background batch, about a tenth of a
+// request), the idempotency record and user index (one batch)
 // written, the relay record read and written by the append, the outbox row
 // (one batch per append), and the erasure re-check. Schema 3 and earlier
 // releases: two SERIAL reads and two LWTs on the edge row, one SERIAL read and

@@ -138,6 +138,8 @@ type Store struct {
 	retMu        sync.Mutex // retention's dedupe scan (retention.go)
 	dedupeResume []byte     // its next page (nil: from the start)
 
+	reap *reaper // deletes the intents of finished relays (intents.go)
+
 	ctx     context.Context // canceled by Close: background work stops
 	cancel  context.CancelFunc
 	closing chan struct{}
@@ -235,6 +237,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		s.cancel()
 		return nil, err
 	}
+	s.reap = newReaper(s)
+	s.wg.Add(1)
+	go s.reap.loop()
 	if opts.SweepEvery > 0 {
 		// A process of this region that died between an edge transaction and
 		// its relay left the event pending: relay it now rather than a
@@ -278,7 +283,8 @@ func (s *Store) Region() string { return s.opts.Region }
 func (s *Store) Keyspace() string { return s.opts.Keyspace }
 
 // Close stops the sweeper and the outbox appenders (failing queued appends
-// with ErrClosed) and waits for them. It does not close the session.
+// with ErrClosed), sends the intent deletes still waiting (intents.go), and
+// waits for them. It does not close the session.
 // Idempotent.
 func (s *Store) Close() error {
 	s.once.Do(func() {
@@ -312,7 +318,8 @@ func (s *Store) Ops() Ops { return Ops{Paxos: s.paxosOps.Load(), Plain: s.plainO
 // OpsByStatement returns the requests sent so far per statement, keyed by
 // the kind ("paxos" for a lightweight transaction or a serial read, "plain"
 // otherwise) and the statement's text up to its WHERE clause, with the
-// keyspace left out (batches are "BATCH"): where a like's requests go
+// keyspace left out (batches are "BATCH" and what they write): where a
+// like's requests go
 // (BENCHMARKS.md). One map lookup and one atomic add per request.
 func (s *Store) OpsByStatement() map[string]uint64 {
 	out := map[string]uint64{}
@@ -357,13 +364,13 @@ func (s *Store) count(kind int, stmt string) {
 }
 
 // newBatch is a batch at Options.Consistency; cas marks a conditional one.
-func (s *Store) newBatch(ctx context.Context, kind gocql.BatchType, cas bool) *gocql.Batch {
+func (s *Store) newBatch(ctx context.Context, kind gocql.BatchType, cas bool, what string) *gocql.Batch {
 	if cas {
 		s.paxosOps.Add(1)
-		s.count(opPaxos, "BATCH")
+		s.count(opPaxos, "BATCH "+what)
 	} else {
 		s.plainOps.Add(1)
-		s.count(opPlain, "BATCH")
+		s.count(opPlain, "BATCH "+what)
 	}
 	b := s.s.NewBatch(kind).WithContext(ctx)
 	b.SetConsistency(s.opts.Consistency)

@@ -24,6 +24,9 @@ func (s *Store) Sweep(ctx context.Context, minAge time.Duration) (int, error) {
 	if s.isClosed() {
 		return 0, ErrClosed
 	}
+	// Intents of relays that finished are on their way out (intents.go):
+	// send them first rather than read their edges below.
+	s.reap.flush(ctx)
 	now := s.opts.Clock.Now().UnixMilli()
 	created, err := s.createdMinute(ctx)
 	if err != nil {

@@ -55,6 +55,14 @@ type Config struct {
 	// HeartbeatInterval is the minimum time between watermark heartbeats of an
 	// idle partition (default 1s).
 	HeartbeatInterval time.Duration
+	// Linger is the least time between two looks at one source partition
+	// when writes wake its relay (Relay.Kick), so that the events of writes
+	// arriving close together go out in one source read and one produce
+	// instead of one each (default 0: look at once). Each look costs the
+	// source a read of its head and its rows (on Cassandra, two requests), so
+	// at a steady write rate a linger divides them by the events it gathers,
+	// at the price of at most Linger of staleness. At most 1s.
+	Linger time.Duration
 	// RetryBackoff is the first wait after a relay error; it doubles up to 5s
 	// (default 100ms).
 	RetryBackoff time.Duration
@@ -160,6 +168,9 @@ func (c *Config) Validate() error {
 		if *d.d < 0 {
 			return fmt.Errorf("kafkalog: %s must be positive, got %v", d.name, *d.d)
 		}
+	}
+	if c.Linger < 0 || c.Linger > time.Second {
+		return fmt.Errorf("kafkalog: Linger must be in [0, 1s], got %v", c.Linger)
 	}
 	if c.FetchMaxBytes == 0 {
 		c.FetchMaxBytes = 1 << 20

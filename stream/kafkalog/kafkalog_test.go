@@ -556,6 +556,8 @@ func TestConfigValidate(t *testing.T) {
 		{ReplicationFactor: -1},
 		{MaxBatch: -5},
 		{PollInterval: -time.Second},
+		{Linger: -time.Millisecond},
+		{Linger: 2 * time.Second},
 		{FetchMaxBytes: 10},
 		{PoisonRetries: -1},
 	}

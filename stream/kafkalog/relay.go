@@ -208,6 +208,7 @@ func mergeCancel(a, b context.Context) (context.Context, context.CancelFunc) {
 func (r *Relay) loop(rp *relayPart) {
 	backoff := r.cfg.RetryBackoff
 	for {
+		began := time.Now()
 		reached, err := r.step(r.ctx, rp)
 		if r.ctx.Err() != nil {
 			return
@@ -227,14 +228,27 @@ func (r *Relay) loop(rp *relayPart) {
 			wait = r.cfg.PollInterval
 		}
 		t := time.NewTimer(wait)
+		kicked := false
 		select {
 		case <-r.ctx.Done():
 			t.Stop()
 			return
 		case <-rp.kick:
+			kicked = true
 		case <-t.C:
 		}
 		t.Stop()
+		if rest := r.cfg.Linger - time.Since(began); kicked && rest > 0 && err == nil {
+			// A write woke us soon after the last look: let the writes
+			// around it land too, and take them in one read.
+			t := time.NewTimer(rest)
+			select {
+			case <-r.ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
 	}
 }
 

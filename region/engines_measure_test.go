@@ -22,7 +22,9 @@ package region
 //
 // LIKES_MEASURE_LINGER sets the Kafka relay's linger (default: the region's;
 // 0: none) and LIKES_MEASURE_SEQUENCE_GROUPS the store's sequence groups, to
-// compare them.
+// compare them; LIKES_MEASURE_ONLY=engines skips the embedded runs (and the
+// ratios), for quicker A/B runs of engines code. LIKES_MEASURE_PROFILE=FILE writes a CPU profile of this
+// process during the engines' uniform phase.
 //
 // CPU: the process CPU per write covers the region and the load generator (one
 // process); with the engines, the CPU of the Cassandra, Kafka and Redis
@@ -36,6 +38,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -90,8 +93,12 @@ func TestMeasureEngines(t *testing.T) {
 		}
 		parts = n
 	}
+	runs := []string{"embedded", "engines", "embedded"}
+	if os.Getenv("LIKES_MEASURE_ONLY") == "engines" {
+		runs = []string{"engines"} // A/B runs of engines code: no reference, no ratios
+	}
 	var results []measEngines
-	for i, name := range []string{"embedded", "engines", "embedded"} {
+	for i, name := range runs {
 		cfg := Config{
 			Name: "us", Partitions: parts, Window: 250 * time.Millisecond, Secret: e2eSecret, UserRate: -1,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -116,15 +123,16 @@ func TestMeasureEngines(t *testing.T) {
 		t.Logf("%s: %+v", name, res)
 		results = append(results, res)
 	}
-	emb := results[0]
-	emb2 := results[2]
-	eng := results[1]
-	avg := func(a, b float64) float64 { return (a + b) / 2 }
 	t.Logf("RESULTS (workers %d, phases %v each)", workers, dur)
 	for _, r := range results {
 		t.Logf("  %-8s uniform %.0f writes/s p50 %.0f ms p99 %.0f ms staleness p99 %.0f ms errors %d | viral %.0f writes/s p99 %.0f ms staleness p99 %.0f ms errors %d | cell writes %d / viral changed likes %d = %.4f per like event | process CPU/write %.0f µs, engines' CPU/write %.0f µs (%s) | Cassandra requests per like: %.2f Paxos, %.2f plain | load %s → %s",
 			r.name, r.rate, r.p50, r.p99, r.stale, r.errs, r.vRate, r.vP99, r.vStale, r.vErrs, r.cellWrites, r.vChanged, r.cellsPerLike, r.cpuUs, r.engineCPUUs, r.perEngineUs, r.paxosPerLike, r.plainPerLike, r.load0, r.load1)
 	}
+	if len(results) < 3 {
+		return
+	}
+	emb, eng, emb2 := results[0], results[1], results[2]
+	avg := func(a, b float64) float64 { return (a + b) / 2 }
 	t.Logf("  engines ÷ embedded (mean of the two embedded runs): write throughput %.2f, write p99 %.2f, staleness p99 %.2f, viral throughput %.2f, viral p99 %.2f, viral staleness p99 %.2f, cell writes per viral like %.4f vs %.4f",
 		eng.rate/avg(emb.rate, emb2.rate), eng.p99/avg(emb.p99, emb2.p99), eng.stale/avg(emb.stale, emb2.stale),
 		eng.vRate/avg(emb.vRate, emb2.vRate), eng.vP99/avg(emb.vP99, emb2.vP99), eng.vStale/avg(emb.vStale, emb2.vStale),
@@ -194,7 +202,9 @@ func measureOne(t *testing.T, cfg Config, name, runID string, dur time.Duration,
 	}
 	eng0 := engineCPU(t)
 	cpu0 := cpuOf(os.Getpid())
+	stopProfile := profileEngines(t, r.Cassandra != nil)
 	u := run(loadgen.PhaseUniform)
+	stopProfile()
 	cpu1 := cpuOf(os.Getpid())
 	eng1 := engineCPU(t)
 	if r.Cassandra != nil {
@@ -247,6 +257,30 @@ func cpuOf(pid int) time.Duration {
 }
 
 var engineNames = []string{"cassandra", "kafka", "redis"}
+
+// profileEngines starts a CPU profile of this process into the file
+// LIKES_MEASURE_PROFILE names, when set and the region runs on the engines;
+// the returned func stops it. Only the uniform phase is profiled, so the
+// profile shows the engines' write path alone.
+func profileEngines(t *testing.T, engines bool) func() {
+	path := os.Getenv("LIKES_MEASURE_PROFILE")
+	if path == "" || !engines {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatalf("LIKES_MEASURE_PROFILE: %v", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		t.Fatalf("LIKES_MEASURE_PROFILE: %v", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			t.Errorf("LIKES_MEASURE_PROFILE: %v", err)
+		}
+	}
+}
 
 // engineCPU reads the CPU time of each server scripts/servers.sh started,
 // found by its pid file.

@@ -628,7 +628,9 @@
 //     remembered sequence row. Prepared statements and token-aware routing
 //     were already in place (gocql prepares every statement with bind
 //     markers; Connect sets TokenAwareHostPolicy, and every statement binds
-//     all partition-key columns).
+//     all partition-key columns). Write coalescing is on (the driver's
+//     200 µs, SessionConfig.WriteCoalesce): concurrent requests on one
+//     connection share a write system call.
 //   - Kept: the edge LWT. Several nodes of one region may serve one user at
 //     once (a client retrying through another node), and nothing but the
 //     edge row serializes them: one process serializes its own writes with

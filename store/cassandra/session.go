@@ -25,7 +25,15 @@ type SessionConfig struct {
 	// TLS, when set, encrypts every connection; the node's certificate is
 	// verified against the host it was reached at.
 	TLS *tls.Config
+	// WriteCoalesce is how long a connection waits for more requests before
+	// it writes what it has in one system call (default 200µs, the driver's;
+	// negative: every request is written at once). Concurrent requests then
+	// share a write here and a read on the server.
+	WriteCoalesce time.Duration
 }
+
+// defaultWriteCoalesce is SessionConfig.WriteCoalesce's default.
+const defaultWriteCoalesce = 200 * time.Microsecond
 
 // ParseHosts splits a comma-separated host list, dropping empty entries.
 func ParseHosts(s string) []string {
@@ -57,7 +65,14 @@ func Connect(cfg SessionConfig) (*gocql.Session, error) {
 	if c.ConnectTimeout <= 0 {
 		c.ConnectTimeout = 10 * time.Second
 	}
-	c.WriteCoalesceWaitTime = 0
+	switch {
+	case cfg.WriteCoalesce == 0:
+		c.WriteCoalesceWaitTime = defaultWriteCoalesce
+	case cfg.WriteCoalesce < 0:
+		c.WriteCoalesceWaitTime = 0
+	default:
+		c.WriteCoalesceWaitTime = cfg.WriteCoalesce
+	}
 	c.ProtoVersion = 4
 	c.MaxWaitSchemaAgreement = 2 * time.Minute
 	if cfg.LocalDC != "" {

@@ -23,6 +23,16 @@
 // source watermark advances. The Kafka timestamp is the publish time (wall
 // clock), so retention works on wall time; event time travels in the value.
 //
+// # When the relay looks
+//
+// One loop per partition reads the source and produces what it found, then
+// waits for PollInterval or a Kick (a writer's hint that it appended there),
+// whichever comes first. With Linger set, a kick that comes less than Linger
+// after the last look waits for the rest of it, so a busy partition costs
+// the source one read (on Cassandra: its sequence row and its rows) and
+// Kafka one produce per Linger instead of one per write; staleness grows by
+// at most Linger. Neither setting bears on what is published, only on when.
+//
 // # Relay position: in Kafka (option a)
 //
 // The relay keeps no state of its own. On start (and after any produce error)

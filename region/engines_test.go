@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/likes-dev/likes/cache/rediscache"
 	"github.com/likes-dev/likes/region"
@@ -30,6 +31,8 @@ func TestEnginesValidation(t *testing.T) {
 			Cassandra: region.CassandraEngine{Hosts: []string{"127.0.0.1"}, Serial: "QUORUM"}}, false, "SERIAL or LOCAL_SERIAL"},
 		{"cassandra settings on pebble", region.Engines{Cassandra: region.CassandraEngine{Hosts: []string{"127.0.0.1"}}}, false, `Store is "pebble"`},
 		{"kafka without brokers", region.Engines{Log: region.LogKafka}, false, "needs Kafka.Brokers"},
+		{"kafka linger too long", region.Engines{Log: region.LogKafka,
+			Kafka: region.KafkaEngine{Brokers: []string{"127.0.0.1:9092"}, Linger: 2 * time.Second}}, false, "linger must be at most 1s"},
 		{"kafka settings on store log", region.Engines{Kafka: region.KafkaEngine{Brokers: []string{"127.0.0.1:9092"}}}, false, `Log is "store"`},
 		{"redis without addr", region.Engines{Cache: region.CacheRedis}, false, "needs Redis.Addr"},
 		{"redis addr on inproc", region.Engines{Redis: rediscache.Config{Addr: "127.0.0.1:6379"}}, false, `Cache is "inproc"`},

@@ -61,7 +61,9 @@ type Config struct {
 	// instead of one each (default 0: look at once). Each look costs the
 	// source a read of its head and its rows (on Cassandra, two requests), so
 	// at a steady write rate a linger divides them by the events it gathers,
-	// at the price of at most Linger of staleness. At most 1s.
+	// at the price of at most Linger of staleness. At most 1s; a Linger
+	// above PollInterval acts as PollInterval (a look is never put off past
+	// the poll that would have made it).
 	Linger time.Duration
 	// RetryBackoff is the first wait after a relay error; it doubles up to 5s
 	// (default 100ms).

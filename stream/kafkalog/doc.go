@@ -28,7 +28,8 @@
 // One loop per partition reads the source and produces what it found, then
 // waits for PollInterval or a Kick (a writer's hint that it appended there),
 // whichever comes first. With Linger set, a kick that comes less than Linger
-// after the last look waits for the rest of it, so a busy partition costs
+// after the last look waits for the rest of it (never past PollInterval
+// after it, where the poll would have looked), so a busy partition costs
 // the source one read (on Cassandra: its sequence row and its rows) and
 // Kafka one produce per Linger instead of one per write; staleness grows by
 // at most Linger. Neither setting bears on what is published, only on when.

@@ -238,7 +238,9 @@ func (r *Relay) loop(rp *relayPart) {
 		case <-t.C:
 		}
 		t.Stop()
-		if rest := r.cfg.Linger - time.Since(began); kicked && rest > 0 && err == nil {
+		// The linger never delays a look past when the poll would have
+		// made it: with PollInterval below Linger, polling sets the pace.
+		if rest := min(r.cfg.Linger, r.cfg.PollInterval) - time.Since(began); kicked && rest > 0 && err == nil {
 			// A write woke us soon after the last look: let the writes
 			// around it land too, and take them in one read.
 			t := time.NewTimer(rest)

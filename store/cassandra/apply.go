@@ -312,7 +312,7 @@ func (s *Store) effects(ctx context.Context, item, user string, p pending) error
 	switch {
 	case record && index:
 		err := s.execIdempotent(ctx, func() *gocql.Batch {
-			b := s.newBatch(ctx, gocql.UnloggedBatch, false, "idem+user_items")
+			b := s.newBatch(ctx, gocql.UnloggedBatch, false, "BATCH idem+user_items")
 			b.Query(s.q.idemInsert, recordArgs()...)
 			b.Query(s.q.userItemsAdd, user, item)
 			return b

@@ -318,7 +318,7 @@ func (s *Store) Commit(ctx context.Context, w pipeline.Window) error {
 	sort.Strings(names)
 	ts := ownCellStamp(w.Through)
 	batch := func(item string) *gocql.Batch {
-		b := s.newBatch(ctx, gocql.UnloggedBatch, false, "cells")
+		b := s.newBatch(ctx, gocql.UnloggedBatch, false, "BATCH cells")
 		iw := items[item]
 		for _, i := range iw.cells {
 			u := w.Cells[i]

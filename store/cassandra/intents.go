@@ -153,7 +153,7 @@ func (r *reaper) delete(ctx context.Context, keys []intentKey) {
 				_ = r.s.write(ctx, r.s.q.intentDelete, chunk[0].args()...).Exec()
 				continue
 			}
-			batch := r.s.newBatch(ctx, gocql.UnloggedBatch, false, "relay_intents deletes")
+			batch := r.s.newBatch(ctx, gocql.UnloggedBatch, false, "BATCH relay_intents deletes")
 			for _, k := range chunk {
 				batch.Query(r.s.q.intentDelete, k.args()...)
 			}

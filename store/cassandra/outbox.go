@@ -488,7 +488,7 @@ func (a *appender) transact(ctx context.Context, apps []partAppend) (bool, error
 		stmt, args := s.seqAppendArgs(ap.part, ap.seq, ap.head, ap.t, ap.blob)
 		return s.cas(ctx, stmt, args...).MapScanCAS(map[string]any{})
 	}
-	b := s.newBatch(ctx, gocql.LoggedBatch, true, "outbox_seqs")
+	b := s.newBatch(ctx, gocql.LoggedBatch, true, "BATCH outbox_seqs")
 	b.SerialConsistency(s.opts.Serial)
 	for _, ap := range apps {
 		stmt, args := s.seqAppendArgs(ap.part, ap.seq, ap.head, ap.t, ap.blob)
@@ -527,7 +527,7 @@ func (s *Store) writeRows(ctx context.Context, part uint32, slots []slot) error 
 		byChunk[chunkOf(sl.Pos)] = append(byChunk[chunkOf(sl.Pos)], sl)
 	}
 	for chunk, ss := range byChunk {
-		b := s.newBatch(ctx, gocql.UnloggedBatch, false, "outbox")
+		b := s.newBatch(ctx, gocql.UnloggedBatch, false, "BATCH outbox")
 		for _, sl := range ss {
 			b.Query(s.q.outboxInsert, int(part), chunk, int64(sl.Pos), encodeEvent(sl.Event))
 		}
